@@ -1,0 +1,152 @@
+"""Every error agentcontext raises, under one root.
+
+Usage errors (the caller gave something agentcontext cannot use) are kept apart
+from runtime failures (something went wrong while doing the work), and each
+usage error also subclasses the builtin a Python programmer would expect
+(``ValueError``, ``LookupError``), so ``except ValueError`` still works::
+
+    AgentContextError
+    ├── UsageError (ValueError)             the caller's mistake: fix the call
+    │   ├── InvalidMessageError             a message or wire dict is malformed
+    │   ├── InvalidConversationError        the messages break a provider rule
+    │   ├── ConfigError                     a bad option or setting
+    │   └── UnknownModelError (LookupError) a model name the registry lacks
+    ├── ContextOverflowError                even the essentials cannot fit
+    ├── TokenizerError                      a tokenizer file is missing or corrupt
+    ├── SummarizerError                     an LLM summarizer failed after its retries
+    ├── StoreError                          a session store cannot be read or written
+    │   ├── SessionLockedError              another writer holds the session
+    │   └── ConcurrencyError                an append lost an optimistic race
+    └── RecallError (LookupError)           a recall reference names nothing
+
+Constructors only store their arguments: no logging, no I/O.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentContextError",
+    "ConcurrencyError",
+    "ConfigError",
+    "ContextOverflowError",
+    "InvalidConversationError",
+    "InvalidMessageError",
+    "RecallError",
+    "SessionLockedError",
+    "StoreError",
+    "SummarizerError",
+    "TokenizerError",
+    "UnknownModelError",
+    "UsageError",
+]
+
+
+class AgentContextError(Exception):
+    """The root of every error agentcontext raises."""
+
+
+class UsageError(AgentContextError, ValueError):
+    """The caller passed something agentcontext cannot use; the message says how to fix it."""
+
+
+class InvalidMessageError(UsageError):
+    """A message (or a provider's wire dict) is malformed.
+
+    Attributes:
+        index: position of the offending message in the input list, when known.
+        field: the field at fault (``"role"``, ``"tool_calls[0].function.arguments"``...), when known.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None) -> None:
+        where = []
+        if index is not None:
+            where.append(f"message {index}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = f"{', '.join(where)}: " if where else ""
+        super().__init__(prefix + message)
+        self.index = index
+        self.field = field
+
+
+class InvalidConversationError(UsageError):
+    """The messages break a rule a provider enforces (see `agentcontext.check_messages`).
+
+    Attributes:
+        violations: every rule broken, each naming the index, the rule and a fix.
+    """
+
+    def __init__(self, message: str, violations: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.violations = violations
+
+
+class ConfigError(UsageError):
+    """An option or setting is out of range or inconsistent."""
+
+
+class UnknownModelError(UsageError, LookupError):
+    """A model name the registry does not know.
+
+    Attributes:
+        name: the name asked for.
+        suggestions: close matches from the registry, best first.
+    """
+
+    def __init__(self, name: str, suggestions: tuple[str, ...] = ()) -> None:
+        hint = f" Did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        super().__init__(
+            f"Unknown model {name!r}.{hint} Register it with `agentcontext.models.register(ModelSpec(...))`, "
+            "or pass `window=` (and a counter) explicitly."
+        )
+        self.name = name
+        self.suggestions = suggestions
+
+    def __str__(self) -> str:
+        # LookupError (via KeyError-like formatting) is not involved, but keep the plain message.
+        return str(self.args[0])
+
+
+class ContextOverflowError(AgentContextError):
+    """Even the messages that must be kept (system prompt, latest user message) do not fit.
+
+    Attributes:
+        required: tokens the essential messages need, output reserve excluded.
+        budget: tokens available for input (window minus output reserve).
+        window: the model's context window.
+        reserve: tokens reserved for the reply.
+    """
+
+    def __init__(self, message: str, *, required: int, budget: int, window: int, reserve: int) -> None:
+        super().__init__(message)
+        self.required = required
+        self.budget = budget
+        self.window = window
+        self.reserve = reserve
+
+
+class TokenizerError(AgentContextError):
+    """A tokenizer's data is missing, unreadable or fails its hash check."""
+
+
+class SummarizerError(AgentContextError):
+    """A summarizer could not produce a summary (after its retries, for LLM summarizers)."""
+
+
+class StoreError(AgentContextError):
+    """A session store cannot be opened, read or written."""
+
+
+class SessionLockedError(StoreError):
+    """Another writer holds the session's lock."""
+
+
+class ConcurrencyError(StoreError):
+    """An append expected a sequence number that another writer has already used."""
+
+
+class RecallError(AgentContextError, LookupError):
+    """A recall reference does not name anything in this session's archive."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

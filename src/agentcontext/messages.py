@@ -1,0 +1,380 @@
+"""Canonical messages: the one shape every part of agentcontext works on.
+
+Provider formats (`agentcontext.formats`) convert to and from these; the engine,
+strategies, counters and sessions never see a provider's dicts.
+
+Messages are frozen dataclasses. A message's ``id`` names its content: the
+token cache, the engine's running totals and the session log all key on it, so
+a changed message must carry a new id. `Message.evolve` does that for you
+(`dataclasses.replace` would keep the old id, which is only right when the
+content is unchanged).
+
+>>> from agentcontext import Message
+>>> m = Message(role="user", content="hello")
+>>> m.text
+'hello'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Literal, TypeAlias, get_args
+
+from .exceptions import InvalidMessageError
+
+__all__ = [
+    "ContentPart",
+    "ImagePart",
+    "JSONValue",
+    "Message",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "derive_id",
+    "latest_user_index",
+    "new_id",
+    "round_starts",
+    "rounds",
+    "safe_split_points",
+    "tool_call_index",
+    "tool_name_for",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset(get_args(Role))
+
+JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
+
+_EMPTY: Mapping[str, JSONValue] = MappingProxyType({})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def new_id() -> str:
+    """Return a fresh random message id (``msg_`` + 24 hex digits)."""
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def derive_id(previous: str | None, payload: str) -> str:
+    """Return a deterministic id from the previous message's id and this message's payload.
+
+    Converting the same conversation twice gives the same ids, and two
+    conversations share ids exactly as far as they share a prefix: the chain
+    makes an id name the message *and everything before it*. That is what lets
+    the engine recognise "the same history plus one new message" by id alone.
+    """
+    digest = hashlib.blake2b(f"{previous or ''}\x00{payload}".encode("utf-8", "surrogatepass"), digest_size=12)
+    return "msg_" + digest.hexdigest()
+
+
+def _check_text(value: object, *, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{what} must be a str, got {type(value).__name__}", field=what)
+    if _SURROGATE.search(value):
+        raise InvalidMessageError(
+            f"{what} contains a lone UTF-16 surrogate, which no provider accepts and no tokenizer can encode; "
+            "decode your input with errors='replace' or fix its source",
+            field=what,
+        )
+    return value
+
+
+def _freeze(mapping: Mapping[str, JSONValue] | None) -> Mapping[str, JSONValue]:
+    if not mapping:
+        return _EMPTY
+    if isinstance(mapping, MappingProxyType):
+        return mapping
+    if not isinstance(mapping, Mapping):
+        raise InvalidMessageError(f"expected a mapping, got {type(mapping).__name__}")
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """A block of text inside a message's content."""
+
+    text: str
+    """The text."""
+    kind: Literal["text"] = "text"
+
+    def __post_init__(self) -> None:
+        _check_text(self.text, what="text")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image inside a message's content.
+
+    Token cost depends on the provider and the image's size; see
+    `agentcontext.tokens.image_tokens` for the documented per-provider estimates.
+    """
+
+    url: str
+    """An ``https://`` URL or a ``data:<media type>;base64,...`` URL."""
+    detail: Literal["auto", "low", "high"] | None = None
+    """OpenAI's ``detail`` setting, kept for round trips and token estimates."""
+    width: int | None = None
+    """Pixel width, when known (improves the token estimate)."""
+    height: int | None = None
+    """Pixel height, when known."""
+    kind: Literal["image"] = "image"
+
+    def __post_init__(self) -> None:
+        _check_text(self.url, what="image url")
+        if self.detail not in (None, "auto", "low", "high"):
+            raise InvalidMessageError(f"image detail must be 'auto', 'low' or 'high', got {self.detail!r}")
+
+    @property
+    def media_type(self) -> str | None:
+        """The media type of a ``data:`` URL (``image/png``...), else None."""
+        if self.url.startswith("data:"):
+            head = self.url[5:].split(",", 1)[0]
+            return head.split(";", 1)[0] or None
+        return None
+
+
+ContentPart: TypeAlias = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One tool (function) call requested by an assistant message."""
+
+    id: str
+    """The provider's call id; the tool message answering it carries the same id."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments as the model wrote them: JSON text, kept verbatim (even when not valid JSON)."""
+
+    def __post_init__(self) -> None:
+        _check_text(self.id, what="tool call id")
+        _check_text(self.name, what="tool call name")
+        if not isinstance(self.arguments, str):
+            raise InvalidMessageError(
+                f"tool call arguments must be a JSON string, got {type(self.arguments).__name__}; "
+                "pass json.dumps(arguments)",
+                field="arguments",
+            )
+        _check_text(self.arguments, what="tool call arguments")
+
+    def parsed_arguments(self) -> JSONValue:
+        """The arguments parsed as JSON, or the raw text when they are not valid JSON."""
+        try:
+            value: JSONValue = json.loads(self.arguments)
+        except ValueError:
+            return self.arguments
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One message of a conversation, in agentcontext's canonical form.
+
+    Content is either a plain string, a tuple of parts (text and images), or
+    ``None`` (an assistant message that only calls tools). Which of these the
+    provider sent is kept, so conversions round-trip exactly.
+    """
+
+    role: Role
+    """``"system"``, ``"user"``, ``"assistant"`` or ``"tool"``."""
+    content: str | tuple[ContentPart, ...] | None = None
+    """The message's content."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls requested by an assistant message."""
+    tool_call_id: str | None = None
+    """For a tool message: the id of the call it answers."""
+    name: str | None = None
+    """The wire ``name`` field: a participant's name, or a tool message's tool name."""
+    id: str = field(default_factory=new_id)
+    """Identifies this message *and its content* (see the module docstring)."""
+    metadata: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    """agentcontext's own annotations (summary markers, covered ids, recall refs). Never sent to a provider."""
+    extra: Mapping[str, JSONValue] = field(default_factory=lambda: _EMPTY)
+    """Provider fields agentcontext does not model, kept verbatim for lossless round trips."""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidMessageError(
+                f"unknown role {self.role!r}; expected one of 'system', 'user', 'assistant', 'tool'",
+                field="role",
+            )
+        content = self.content
+        if isinstance(content, list):
+            content = tuple(content)
+            object.__setattr__(self, "content", content)
+        if isinstance(content, str):
+            _check_text(content, what="content")
+        elif isinstance(content, tuple):
+            for i, part in enumerate(content):
+                if not isinstance(part, TextPart | ImagePart):
+                    raise InvalidMessageError(
+                        f"content part {i} must be a TextPart or ImagePart, got {type(part).__name__}",
+                        field=f"content[{i}]",
+                    )
+        elif content is not None:
+            raise InvalidMessageError(
+                f"content must be a str, a sequence of parts or None, got {type(content).__name__}",
+                field="content",
+            )
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        for i, call in enumerate(self.tool_calls):
+            if not isinstance(call, ToolCall):
+                raise InvalidMessageError(
+                    f"tool_calls[{i}] must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{i}]"
+                )
+        if self.tool_calls and self.role != "assistant":
+            raise InvalidMessageError(f"only assistant messages carry tool_calls, not {self.role!r} ones", field="tool_calls")
+        if self.role == "tool":
+            if not isinstance(self.tool_call_id, str) or not self.tool_call_id:
+                raise InvalidMessageError(
+                    "a tool message needs the tool_call_id of the call it answers", field="tool_call_id"
+                )
+        elif self.tool_call_id is not None:
+            raise InvalidMessageError(f"only tool messages carry a tool_call_id, not {self.role!r} ones", field="tool_call_id")
+        if self.name is not None:
+            _check_text(self.name, what="name")
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidMessageError("a message id must be a non-empty str", field="id")
+        object.__setattr__(self, "metadata", _freeze(self.metadata))
+        object.__setattr__(self, "extra", _freeze(self.extra))
+
+    # Identity by id keeps hashing O(1); equality still compares every field.
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined by newlines."""
+        content = self.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "\n".join(p.text for p in content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """The image parts of the content."""
+        content = self.content
+        if isinstance(content, tuple):
+            return tuple(p for p in content if isinstance(p, ImagePart))
+        return ()
+
+    def is_empty(self) -> bool:
+        """True when the message has no text, no images and no tool calls."""
+        return not self.tool_calls and not self.images and not self.text.strip()
+
+    def evolve(self, **changes: object) -> Message:
+        """Return a copy with ``changes`` applied and a new id (unless ``id=`` is given).
+
+        The new id is derived from the old one, so it is deterministic: evolving
+        the same message the same way twice gives the same id.
+        """
+        if "id" not in changes:
+            payload = json.dumps({k: repr(v) for k, v in sorted(changes.items())}, ensure_ascii=False)
+            changes["id"] = derive_id(self.id, payload)
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- structure helpers
+
+
+def tool_call_index(messages: Sequence[Message]) -> dict[str, tuple[int, ToolCall]]:
+    """Map each tool call id to the index of the assistant message that issued it (the last one, if repeated)."""
+    index: dict[str, tuple[int, ToolCall]] = {}
+    for i, m in enumerate(messages):
+        for call in m.tool_calls:
+            index[call.id] = (i, call)
+    return index
+
+
+def tool_name_for(message: Message, calls: Mapping[str, tuple[int, ToolCall]]) -> str:
+    """The name of the tool a tool message answers: from its call, else its own ``name``, else ``"unknown"``."""
+    if message.tool_call_id is not None and message.tool_call_id in calls:
+        return calls[message.tool_call_id][1].name
+    return message.name or "unknown"
+
+
+def round_starts(messages: Sequence[Message]) -> list[int]:
+    """Indices of the user messages: each starts a round (a user turn and everything up to the next)."""
+    return [i for i, m in enumerate(messages) if m.role == "user"]
+
+
+def rounds(messages: Sequence[Message]) -> list[range]:
+    """Split a conversation into rounds, as index ranges.
+
+    A round starts at a user message and runs to the next one. Messages before
+    the first user message (usually the system prompt) form a leading range of
+    their own, when there are any.
+
+    >>> from agentcontext import Message
+    >>> msgs = [Message(role="system", content="s"), Message(role="user", content="a"),
+    ...         Message(role="assistant", content="b"), Message(role="user", content="c")]
+    >>> rounds(msgs)
+    [range(0, 1), range(1, 3), range(3, 4)]
+    """
+    starts = round_starts(messages)
+    bounds = ([0] if not starts or starts[0] != 0 else []) + starts + [len(messages)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def safe_split_points(messages: Sequence[Message]) -> list[int]:
+    """Indices ``i`` (0..len) where ``messages[:i]`` and ``messages[i:]`` can be separated.
+
+    A cut is safe when no tool result after it answers a call issued before it,
+    so no assistant message is parted from its tool results. Runs in O(n).
+    Calls that are never answered do not block any cut (there is no result to
+    orphan); the engine repairs such input separately.
+
+    >>> from agentcontext import Message, ToolCall
+    >>> msgs = [Message(role="user", content="q"),
+    ...         Message(role="assistant", tool_calls=[ToolCall(id="c1", name="ls")]),
+    ...         Message(role="tool", tool_call_id="c1", content="a.txt"),
+    ...         Message(role="assistant", content="done")]
+    >>> safe_split_points(msgs)
+    [0, 1, 3, 4]
+    """
+    n = len(messages)
+    delta = [0] * (n + 2)
+    issued: dict[str, int] = {}
+    for j, m in enumerate(messages):
+        for call in m.tool_calls:
+            issued[call.id] = j
+        if m.role == "tool" and m.tool_call_id is not None:
+            a = issued.get(m.tool_call_id)
+            if a is not None:
+                # Cuts at a+1 .. j would separate the call at a from its result at j.
+                delta[a + 1] += 1
+                delta[j + 1] -= 1
+    points: list[int] = []
+    depth = 0
+    for i in range(n + 1):
+        depth += delta[i]
+        if depth == 0:
+            points.append(i)
+    return points
+
+
+def latest_user_index(messages: Sequence[Message]) -> int | None:
+    """Index of the last user message, or None when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return i
+    return None
+
+
+def iter_text(message: Message) -> Iterator[str]:
+    """Every piece of text a provider bills for in ``message``: content text, tool names and arguments."""
+    text = message.text
+    if text:
+        yield text
+    for call in message.tool_calls:
+        yield call.name
+        yield call.arguments
