@@ -249,6 +249,13 @@ class Message:
     def __hash__(self) -> int:
         return hash(self.id)
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Read-only mappings cannot be pickled; rebuild them from plain dicts.
+        return (
+            _rebuild_message,
+            (self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.id, dict(self.metadata), dict(self.extra)),
+        )
+
     @property
     def text(self) -> str:
         """The message's text: the string content, or its text parts joined by newlines."""
@@ -281,6 +288,28 @@ class Message:
             payload = json.dumps({k: repr(v) for k, v in sorted(changes.items())}, ensure_ascii=False)
             changes["id"] = derive_id(self.id, payload)
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _rebuild_message(
+    role: Role,
+    content: str | tuple[ContentPart, ...] | None,
+    tool_calls: tuple[ToolCall, ...],
+    tool_call_id: str | None,
+    name: str | None,
+    id: str,
+    metadata: dict[str, JSONValue],
+    extra: dict[str, JSONValue],
+) -> Message:
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        name=name,
+        id=id,
+        metadata=metadata,
+        extra=extra,
+    )
 
 
 # ----------------------------------------------------------------------------- structure helpers

@@ -1,0 +1,231 @@
+"""Repairs for conversations as real agents record them.
+
+Real logs hold tool calls that never got a result (usually the final submit),
+results whose call is missing, calls that reuse an id, and empty messages. A
+provider rejects all of these with a 400. The engine fixes them on the way in,
+one message at a time (so an agent step costs O(new messages)), and lists every
+fix in its report; in strict mode it refuses such input instead.
+
+Repairs, each reported as a ``"repaired"`` action:
+
+* an unanswered tool call gets a clearly marked stub result, placed right after
+  the call's other results (before the next user or assistant message);
+* a tool result that answers no earlier call, or answers one a second time, is
+  taken out of the prompt (it stays in the input and the session log);
+* a call id used before is renamed (``id`` -> ``id~2``), and so is the result
+  that answers it, so every id is unique and still pairs up;
+* a conversation whose first non-system message is not from the user gets a
+  short user message in front;
+* a user, system or assistant message with no content gets a visible marker,
+  since providers reject empty text (Kimi CLI #2396).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .exceptions import InvalidConversationError
+from .messages import Message, ToolCall, derive_id
+from .strategies._base import Action
+
+__all__ = ["RepairState", "repair_messages", "stub_result"]
+
+STUB_TEXT = "[agentcontext: no result was recorded for this tool call]"
+EMPTY_TEXT = "[agentcontext: this message was empty]"
+START_TEXT = "[agentcontext: the conversation's opening user message is missing; it begins below]"
+
+
+def stub_result(call_id: str, tool: str, *, anchor: str) -> Message:
+    """A marked stand-in result for a tool call that was never answered."""
+    return Message(
+        role="tool",
+        tool_call_id=call_id,
+        content=STUB_TEXT,
+        id=derive_id(anchor, "stub:" + call_id),
+        metadata={"agentcontext": {"kind": "stub_result", "tool": tool}},
+    )
+
+
+@dataclass(kw_only=True)
+class RepairState:
+    """What the repairer remembers between steps: O(calls) state, advanced message by message."""
+
+    pending: dict[str, str] = field(default_factory=dict)
+    """Call ids (after renaming) awaiting a result -> tool name, in issue order."""
+    answered: set[str] = field(default_factory=set)
+    """Calls answered in the current tool-result block."""
+    seen_calls: dict[str, int] = field(default_factory=dict)
+    """How often each original call id has been issued."""
+    renames: dict[str, str] = field(default_factory=dict)
+    """Original id -> renamed id, for the current tool-result block."""
+    has_user: bool = False
+    last_id: str | None = None
+    """The id of the last message passed through (anchors stub ids)."""
+
+    def copy(self) -> RepairState:
+        """A copy safe to advance without touching this one (O(size of the state))."""
+        return RepairState(
+            pending=dict(self.pending),
+            answered=set(self.answered),
+            seen_calls=dict(self.seen_calls),
+            renames=dict(self.renames),
+            has_user=self.has_user,
+            last_id=self.last_id,
+        )
+
+    def close_block(self, out: list[Message], actions: list[Action]) -> None:
+        """Answer every pending call with a stub (before the next user or assistant message)."""
+        if not self.pending:
+            self.answered.clear()
+            self.renames.clear()
+            return
+        stubs = [stub_result(cid, tool, anchor=self.last_id or "") for cid, tool in self.pending.items()]
+        out.extend(stubs)
+        actions.append(
+            Action(
+                kind="repaired",
+                strategy="repair",
+                message_ids=(),
+                replacement_ids=tuple(s.id for s in stubs),
+                reason="stub results added for tool calls that were never answered: "
+                + ", ".join(repr(c) for c in self.pending),
+            )
+        )
+        self.pending.clear()
+        self.answered.clear()
+        self.renames.clear()
+
+    def pending_stubs(self) -> list[Message]:
+        """Stubs for calls still pending at the end, without changing the state.
+
+        The engine adds these to what it returns but not to what it remembers:
+        the real results may still arrive with the next step.
+        """
+        return [stub_result(cid, tool, anchor=self.last_id or "") for cid, tool in self.pending.items()]
+
+
+def _repair_one(m: Message, state: RepairState, out: list[Message], actions: list[Action]) -> None:
+    if m.role in ("user", "assistant"):
+        state.close_block(out, actions)
+    if m.role == "assistant" and not state.has_user:
+        opener = Message(role="user", content=START_TEXT, id=derive_id(m.id, "opener"), metadata={"agentcontext": {"kind": "opener"}})
+        out.append(opener)
+        state.has_user = True
+        actions.append(
+            Action(
+                kind="repaired",
+                strategy="repair",
+                message_ids=(),
+                replacement_ids=(opener.id,),
+                reason="the first non-system message was not from the user; a short user message was put in front",
+            )
+        )
+    if m.role == "user":
+        state.has_user = True
+
+    if m.role == "tool":
+        assert m.tool_call_id is not None
+        cid = state.renames.get(m.tool_call_id, m.tool_call_id)
+        if cid in state.pending:
+            state.pending.pop(cid)
+            state.answered.add(cid)
+            if cid != m.tool_call_id:
+                new = m.evolve(tool_call_id=cid)
+                actions.append(
+                    Action(
+                        kind="repaired",
+                        strategy="repair",
+                        message_ids=(m.id,),
+                        replacement_ids=(new.id,),
+                        reason=f"result re-pointed to renamed call id {cid!r}",
+                    )
+                )
+                m = new
+            out.append(m)
+            state.last_id = m.id
+            return
+        why = "answers a call that was already answered" if cid in state.answered else "answers no earlier tool call"
+        actions.append(
+            Action(
+                kind="repaired",
+                strategy="repair",
+                message_ids=(m.id,),
+                reason=f"tool result for {m.tool_call_id!r} taken out of the prompt: it {why}",
+            )
+        )
+        return
+
+    new_m = m
+    if m.tool_calls:
+        calls: list[ToolCall] = []
+        renamed: list[str] = []
+        for call in m.tool_calls:
+            seen = state.seen_calls.get(call.id, 0)
+            state.seen_calls[call.id] = seen + 1
+            cid = call.id
+            if seen:
+                cid = f"{call.id}~{seen + 1}"
+                while cid in state.seen_calls:
+                    seen += 1
+                    cid = f"{call.id}~{seen + 1}"
+                state.seen_calls[cid] = 1
+                state.renames[call.id] = cid
+                renamed.append(f"{call.id!r} -> {cid!r}")
+                call = ToolCall(id=cid, name=call.name, arguments=call.arguments)
+            calls.append(call)
+            state.pending[cid] = call.name
+        if renamed:
+            new_m = m.evolve(tool_calls=tuple(calls))
+            actions.append(
+                Action(
+                    kind="repaired",
+                    strategy="repair",
+                    message_ids=(m.id,),
+                    replacement_ids=(new_m.id,),
+                    reason="repeated tool call ids renamed: " + ", ".join(renamed),
+                )
+            )
+    if new_m.is_empty():
+        fixed = new_m.evolve(content=EMPTY_TEXT)
+        actions.append(
+            Action(
+                kind="repaired",
+                strategy="repair",
+                message_ids=(new_m.id,),
+                replacement_ids=(fixed.id,),
+                reason=f"empty {m.role} message given a marker (providers reject empty content)",
+            )
+        )
+        new_m = fixed
+    out.append(new_m)
+    state.last_id = new_m.id
+
+
+def repair_messages(
+    messages: Iterable[Message], state: RepairState | None = None, *, strict: bool = False
+) -> tuple[list[Message], list[Action], RepairState]:
+    """Repair ``messages`` (continuing from ``state``); return them, the repairs, and the new state.
+
+    Calls still pending at the end are *not* stubbed here (see
+    `RepairState.pending_stubs`). With ``strict=True``, any needed repair raises
+    `InvalidConversationError` naming it, and nothing is changed.
+    """
+    st = state if state is not None else RepairState()
+    out: list[Message] = []
+    actions: list[Action] = []
+    for m in messages:
+        if m.role == "system" and not m.is_empty():
+            out.append(m)
+            st.last_id = m.id
+            continue
+        _repair_one(m, st, out, actions)
+    if strict and actions:
+        reasons = "; ".join(a.reason for a in actions[:5])
+        more = f" (and {len(actions) - 5} more)" if len(actions) > 5 else ""
+        raise InvalidConversationError(
+            f"the conversation breaks provider rules: {reasons}{more}. Fix the input, or drop strict=True "
+            "to let agentcontext repair it and report what it did",
+            tuple(actions),
+        )
+    return out, actions, st

@@ -1,0 +1,215 @@
+"""`MaskObservations`: micro-compaction of old tool results (seed 004's layer 1, done right)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..exceptions import ConfigError
+from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
+from ._base import Action, CompactionContext, CompactionResult, PureStrategy
+
+__all__ = ["MaskObservations", "masked_placeholder"]
+
+
+def _recall_ref(message: Message) -> str:
+    """Where the original of ``message`` can be recalled from: its ingest artifact, else its message id."""
+    meta = message.metadata.get("truncated")
+    if isinstance(meta, dict):
+        ref = meta.get("ref")
+        if isinstance(ref, str):
+            return ref
+    return f"message:{message.id}"
+
+
+def masked_placeholder(*, tool: str, tokens: int, lines: int, ref: str) -> str:
+    """The text that replaces a masked tool result.
+
+    It names the tool, the original size and the recall reference, so the model
+    knows something was there and how to get it back (seed 004's placeholder
+    said only "content compressed"; Claude Code's microcompact said nothing).
+    """
+    return (
+        f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines). "
+        f"Recall the full output with ref {ref}.]"
+    )
+
+
+def _shorten_strings(value: JSONValue, max_chars: int) -> tuple[JSONValue, int]:
+    """Shorten every string longer than ``max_chars`` inside a JSON value; return it and the chars cut."""
+    if isinstance(value, str):
+        if len(value) > max_chars:
+            cut = len(value) - max_chars
+            return value[:max_chars] + f"…[{cut:,} chars cut]", cut
+        return value, 0
+    if isinstance(value, list):
+        total = 0
+        out_list: list[JSONValue] = []
+        for item in value:
+            v, c = _shorten_strings(item, max_chars)
+            out_list.append(v)
+            total += c
+        return out_list, total
+    if isinstance(value, dict):
+        total = 0
+        out_dict: dict[str, JSONValue] = {}
+        for k, item in value.items():
+            v, c = _shorten_strings(item, max_chars)
+            out_dict[k] = v
+            total += c
+        return out_dict, total
+    return value, 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskObservations(PureStrategy):
+    """Replace older tool results with a short placeholder; keep the newest ``keep_recent``.
+
+    Masking goes oldest first and stops once the prompt is at the target, but it
+    only acts at all when it frees at least ``clear_at_least`` tokens: each mask
+    rewrites the prompt's prefix and costs the provider's prompt cache, so small
+    clears are not worth it (Anthropic's context-editing docs say the same).
+
+    Args:
+        keep_recent: the newest tool results to keep intact. Default 3.
+        protected_tools: tool names whose results are never masked (a skill's
+            instructions, a memory read...). Unlike seed 004, nothing is protected
+            by default; name what matters to you.
+        clear_at_least: the fewest tokens a masking pass must free to be applied;
+            None means 5% of the budget.
+        min_tokens: results this small or smaller are left alone (a placeholder
+            would save nothing). Default 64.
+        shorten_arguments_over: when set, old tool calls' argument strings longer
+            than this many characters are shortened too (kept valid JSON).
+    """
+
+    keep_recent: int = 3
+    protected_tools: frozenset[str] = field(default_factory=frozenset)
+    clear_at_least: int | None = None
+    min_tokens: int = 64
+    shorten_arguments_over: int | None = None
+    name: str = "mask_observations"
+
+    def __post_init__(self) -> None:
+        if self.keep_recent < 0:
+            raise ConfigError(f"MaskObservations.keep_recent must be >= 0, got {self.keep_recent}")
+        if self.clear_at_least is not None and self.clear_at_least < 0:
+            raise ConfigError(f"MaskObservations.clear_at_least must be >= 0, got {self.clear_at_least}")
+        if self.min_tokens < 0:
+            raise ConfigError(f"MaskObservations.min_tokens must be >= 0, got {self.min_tokens}")
+        if self.shorten_arguments_over is not None and self.shorten_arguments_over < 16:
+            raise ConfigError(
+                f"MaskObservations.shorten_arguments_over must be at least 16 characters, got {self.shorten_arguments_over}"
+            )
+        if not isinstance(self.protected_tools, frozenset):
+            object.__setattr__(self, "protected_tools", frozenset(self.protected_tools))
+
+    def compact(self, messages: Sequence[Message], ctx: CompactionContext) -> CompactionResult:
+        """Mask old tool results (and optionally old arguments) until the target is reached."""
+        counts = [ctx.count(m) for m in messages]
+        total = sum(counts) + ctx.reply_overhead
+        tool_idx = [i for i, m in enumerate(messages) if m.role == "tool"]
+        recent = set(tool_idx[len(tool_idx) - self.keep_recent :]) if self.keep_recent else set()
+        boundary = min(recent) if recent else len(messages)
+        calls = tool_call_index(messages)
+        clear_at_least = self.clear_at_least if self.clear_at_least is not None else max(1, ctx.budget // 20)
+
+        replaced: dict[int, Message] = {}
+        actions: list[Action] = []
+        freed = 0
+        for i in tool_idx:
+            if i in recent or (total - freed <= ctx.target and freed >= clear_at_least):
+                break
+            m = messages[i]
+            if m.id in ctx.protected_ids or m.metadata.get("agentcontext") is not None:
+                continue  # already a placeholder or a summary, or pinned by the caller
+            tool = tool_name_for(m, calls)
+            if tool in self.protected_tools or counts[i] <= self.min_tokens:
+                continue
+            text = m.text
+            ref = _recall_ref(m)
+            placeholder = masked_placeholder(tool=tool, tokens=counts[i], lines=text.count("\n") + 1, ref=ref)
+            new = m.evolve(
+                content=placeholder,
+                metadata={**m.metadata, "agentcontext": {"kind": "masked", "original_id": m.id, "ref": ref}},
+            )
+            new_count = ctx.count(new)
+            if new_count >= counts[i]:
+                continue
+            replaced[i] = new
+            freed += counts[i] - new_count
+            actions.append(
+                Action(
+                    kind="masked",
+                    strategy=self.name,
+                    message_ids=(m.id,),
+                    replacement_ids=(new.id,),
+                    tokens_before=counts[i],
+                    tokens_after=new_count,
+                    reason=f"old {tool} result masked (newest {self.keep_recent} kept)",
+                    refs=(ref,),
+                )
+            )
+        if self.shorten_arguments_over is not None and total - freed > ctx.target:
+            for i in range(boundary):
+                m = messages[i]
+                if not m.tool_calls or m.id in ctx.protected_ids:
+                    continue
+                shortened = self._shorten_calls(m.tool_calls, self.shorten_arguments_over)
+                if shortened is None:
+                    continue
+                new = m.evolve(
+                    tool_calls=shortened,
+                    metadata={**m.metadata, "agentcontext": {"kind": "arguments_shortened", "original_id": m.id}},
+                )
+                new_count = ctx.count(new)
+                if new_count >= counts[i]:
+                    continue
+                replaced[i] = new
+                freed += counts[i] - new_count
+                actions.append(
+                    Action(
+                        kind="arguments_shortened",
+                        strategy=self.name,
+                        message_ids=(m.id,),
+                        replacement_ids=(new.id,),
+                        tokens_before=counts[i],
+                        tokens_after=new_count,
+                        reason=f"old tool-call arguments over {self.shorten_arguments_over} characters shortened",
+                        refs=(f"message:{m.id}",),
+                    )
+                )
+                if total - freed <= ctx.target and freed >= clear_at_least:
+                    break
+        if not actions:
+            return CompactionResult(messages=tuple(messages), tokens=total, note="nothing old enough or large enough to mask")
+        if freed < clear_at_least:
+            return CompactionResult(
+                messages=tuple(messages),
+                tokens=total,
+                note=f"masking would free {freed} tokens, under clear_at_least={clear_at_least}; prefix left intact",
+            )
+        out = tuple(replaced.get(i, m) for i, m in enumerate(messages))
+        return CompactionResult(messages=out, actions=tuple(actions), tokens=total - freed)
+
+    @staticmethod
+    def _shorten_calls(calls: Sequence[ToolCall], max_chars: int) -> tuple[ToolCall, ...] | None:
+        changed = False
+        out: list[ToolCall] = []
+        for call in calls:
+            if len(call.arguments) <= max_chars:
+                out.append(call)
+                continue
+            try:
+                parsed: JSONValue = json.loads(call.arguments)
+            except ValueError:
+                out.append(call)  # not JSON: cutting it would make it unusable for Anthropic
+                continue
+            short, cut = _shorten_strings(parsed, max_chars)
+            if cut == 0:
+                out.append(call)
+                continue
+            out.append(ToolCall(id=call.id, name=call.name, arguments=json.dumps(short, ensure_ascii=False)))
+            changed = True
+        return tuple(out) if changed else None
