@@ -150,7 +150,9 @@ class CountingSequence(Sequence[Message]):
 
 @pytest.mark.parametrize("size", [100, 10_000])
 def test_a_step_with_nothing_to_compact_costs_o_new_messages(size: int) -> None:
-    history = make_conversation(7, rounds=size // 10, steps=(1, 2), parallel=1, huge_share=0.0, output_tokens=(5, 20))[:size]
+    history = make_conversation(
+        7, rounds=size // 10, steps=(1, 2), parallel=1, huge_share=0.0, output_tokens=(5, 20)
+    )[:size]
     counter = WordCounter(cache_size=size * 2)
     total = counter.count_messages(history)
     engine = ContextEngine(window=total * 4, reserve=0, counter=counter, truncator=None)

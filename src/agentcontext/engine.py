@@ -125,7 +125,10 @@ class Report:
     @property
     def compacted(self) -> bool:
         """True when this call masked, shortened, dropped or summarized anything."""
-        return any(a.kind in ("masked", "arguments_shortened", "shortened", "dropped", "summarized") for a in self.actions)
+        return any(
+            a.kind in ("masked", "arguments_shortened", "shortened", "dropped", "summarized")
+            for a in self.actions
+        )
 
     @property
     def usage(self) -> float:
@@ -192,7 +195,7 @@ class MessageView(Sequence[Message]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -244,7 +247,9 @@ class EngineStats:
     """
 
     calls: int = 0
-    compactions: dict[str, int] = field(default_factory=lambda: {"normal": 0, "aggressive": 0, "emergency": 0})
+    compactions: dict[str, int] = field(
+        default_factory=lambda: {"normal": 0, "aggressive": 0, "emergency": 0}
+    )
     """Calls that compacted, by the level that triggered them."""
     emergencies: int = 0
     """Calls whose compaction reached the emergency pipeline (hard truncation)."""
@@ -331,11 +336,17 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
     return {
         Level.NORMAL: Tiered(tiers=(MaskObservations(keep_recent=3), TokenBudget()), name="normal"),
         Level.AGGRESSIVE: Tiered(
-            tiers=(MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=400), TokenBudget()),
+            tiers=(
+                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=400),
+                TokenBudget(),
+            ),
             name="aggressive",
         ),
         Level.EMERGENCY: Tiered(
-            tiers=(MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200), HardTruncate()),
+            tiers=(
+                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
+                HardTruncate(),
+            ),
             name="emergency",
         ),
     }
@@ -388,9 +399,15 @@ class ContextEngine:
         if window < 16:
             raise ConfigError(f"window must be at least 16 tokens, got {window}")
         if reserve is None:
-            reserve = spec.default_reserve if spec is not None and spec.context_window == window else min(window // 4, 16_384)
+            reserve = (
+                spec.default_reserve
+                if spec is not None and spec.context_window == window
+                else min(window // 4, 16_384)
+            )
         if not 0 <= reserve < window:
-            raise ConfigError(f"reserve must be within [0, window), got reserve={reserve} for window={window}")
+            raise ConfigError(
+                f"reserve must be within [0, window), got reserve={reserve} for window={window}"
+            )
         if counter is None:
             if spec is None:
                 raise ConfigError("ContextEngine needs a model name or an explicit counter=")
@@ -408,10 +425,12 @@ class ContextEngine:
         self.thresholds = thresholds or Thresholds()
         self.budget = max(int((window - reserve) * (1.0 - safety_margin)), 1)
         self.summarizer = summarizer
-        self.pipelines = dict(pipelines) if pipelines is not None else default_pipelines(summarizer=summarizer)
-        for lvl in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY):
-            if lvl not in self.pipelines:
-                raise ConfigError(f"pipelines must cover the {lvl.label!r} level")
+        self.pipelines = (
+            dict(pipelines) if pipelines is not None else default_pipelines(summarizer=summarizer)
+        )
+        for required in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY):
+            if required not in self.pipelines:
+                raise ConfigError(f"pipelines must cover the {required.label!r} level")
         self.strict = strict
         self.truncator = self._make_truncator(truncator)
         self.reply_overhead = counter.count_messages(())
@@ -527,7 +546,9 @@ class ContextEngine:
 
     def _summarizer_or_raise(self) -> Summarizer:
         if self.summarizer is None:
-            raise SummarizerError("a summarize strategy ran but the engine has no summarizer; pass summarizer=")
+            raise SummarizerError(
+                "a summarize strategy ran but the engine has no summarizer; pass summarizer="
+            )
         return self.summarizer
 
     # ------------------------------------------------------------------ the logic (one place)
@@ -543,10 +564,18 @@ class ContextEngine:
         repair_state = RepairState()
         incremental = False
         if st is not None and n:
-            if n >= st.in_len > 0 and messages[st.in_len - 1].id == st.in_last and messages[0].id == st.in_first:
+            if (
+                n >= st.in_len > 0
+                and messages[st.in_len - 1].id == st.in_last
+                and messages[0].id == st.in_first
+            ):
                 new = messages[st.in_len :]
                 incremental = True
-            elif n >= st.out_len > 0 and messages[st.out_len - 1].id == st.out[st.out_len - 1].id and messages[0].id == st.out[0].id:
+            elif (
+                n >= st.out_len > 0
+                and messages[st.out_len - 1].id == st.out[st.out_len - 1].id
+                and messages[0].id == st.out[0].id
+            ):
                 new = messages[st.out_len :]
                 incremental = True
             if incremental:
@@ -632,7 +661,9 @@ class ContextEngine:
             return Prepared(messages=MessageView(out, len(out), stubs), report=report)
 
         # Compaction: materialize the whole list (rare, O(n)), stubs at the tail so pairs stay together.
-        full: list[Message] = (counted.base[: counted.base_len] if counted.base is not None else []) + counted.messages
+        full: list[Message] = (
+            counted.base[: counted.base_len] if counted.base is not None else []
+        ) + counted.messages
         full.extend(stubs)
         stub_ids = {m.id for m in stubs}
         protected = frozenset(m.id for m in full if m.metadata.get("pinned") is True)
@@ -650,7 +681,7 @@ class ContextEngine:
         notes: list[str] = []
         current: tuple[Message, ...] = tuple(full)
         current_tokens = tokens
-        lvl = start_level
+        lvl: Level = start_level
         attempts = 0
         try:
             while True:
@@ -686,7 +717,9 @@ class ContextEngine:
         repair = counted.repair
         if stubs and not kept_stubs:
             repair.pending.clear()  # their call was compacted away; late results will be orphans, and reported
-        out_tokens = current_tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in kept_stubs)
+        out_tokens = (
+            current_tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in kept_stubs)
+        )
         new_in_effect = in_effect + tuple(actions)
         self._remember(messages, out, out_tokens, repair, new_in_effect)
         report = Report(

@@ -68,7 +68,9 @@ def derive_id(previous: str | None, payload: str) -> str:
     makes an id name the message *and everything before it*. That is what lets
     the engine recognise "the same history plus one new message" by id alone.
     """
-    digest = hashlib.blake2b(f"{previous or ''}\x00{payload}".encode("utf-8", "surrogatepass"), digest_size=12)
+    digest = hashlib.blake2b(
+        f"{previous or ''}\x00{payload}".encode("utf-8", "surrogatepass"), digest_size=12
+    )
     return "msg_" + digest.hexdigest()
 
 
@@ -204,6 +206,35 @@ class Message:
                 f"unknown role {self.role!r}; expected one of 'system', 'user', 'assistant', 'tool'",
                 field="role",
             )
+        self._check_content()
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        for i, call in enumerate(self.tool_calls):
+            if not isinstance(call, ToolCall):
+                raise InvalidMessageError(
+                    f"tool_calls[{i}] must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{i}]"
+                )
+        if self.tool_calls and self.role != "assistant":
+            raise InvalidMessageError(
+                f"only assistant messages carry tool_calls, not {self.role!r} ones", field="tool_calls"
+            )
+        if self.role == "tool":
+            if not isinstance(self.tool_call_id, str) or not self.tool_call_id:
+                raise InvalidMessageError(
+                    "a tool message needs the tool_call_id of the call it answers", field="tool_call_id"
+                )
+        elif self.tool_call_id is not None:
+            raise InvalidMessageError(
+                f"only tool messages carry a tool_call_id, not {self.role!r} ones", field="tool_call_id"
+            )
+        if self.name is not None:
+            _check_text(self.name, what="name")
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidMessageError("a message id must be a non-empty str", field="id")
+        object.__setattr__(self, "metadata", _freeze(self.metadata))
+        object.__setattr__(self, "extra", _freeze(self.extra))
+
+    def _check_content(self) -> None:
         content = self.content
         if isinstance(content, list):
             content = tuple(content)
@@ -222,28 +253,6 @@ class Message:
                 f"content must be a str, a sequence of parts or None, got {type(content).__name__}",
                 field="content",
             )
-        if isinstance(self.tool_calls, list):
-            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
-        for i, call in enumerate(self.tool_calls):
-            if not isinstance(call, ToolCall):
-                raise InvalidMessageError(
-                    f"tool_calls[{i}] must be a ToolCall, got {type(call).__name__}", field=f"tool_calls[{i}]"
-                )
-        if self.tool_calls and self.role != "assistant":
-            raise InvalidMessageError(f"only assistant messages carry tool_calls, not {self.role!r} ones", field="tool_calls")
-        if self.role == "tool":
-            if not isinstance(self.tool_call_id, str) or not self.tool_call_id:
-                raise InvalidMessageError(
-                    "a tool message needs the tool_call_id of the call it answers", field="tool_call_id"
-                )
-        elif self.tool_call_id is not None:
-            raise InvalidMessageError(f"only tool messages carry a tool_call_id, not {self.role!r} ones", field="tool_call_id")
-        if self.name is not None:
-            _check_text(self.name, what="name")
-        if not isinstance(self.id, str) or not self.id:
-            raise InvalidMessageError("a message id must be a non-empty str", field="id")
-        object.__setattr__(self, "metadata", _freeze(self.metadata))
-        object.__setattr__(self, "extra", _freeze(self.extra))
 
     # Identity by id keeps hashing O(1); equality still compares every field.
     def __hash__(self) -> int:
@@ -253,7 +262,16 @@ class Message:
         # Read-only mappings cannot be pickled; rebuild them from plain dicts.
         return (
             _rebuild_message,
-            (self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.id, dict(self.metadata), dict(self.extra)),
+            (
+                self.role,
+                self.content,
+                self.tool_calls,
+                self.tool_call_id,
+                self.name,
+                self.id,
+                dict(self.metadata),
+                dict(self.extra),
+            ),
         )
 
     @property
@@ -351,7 +369,7 @@ def rounds(messages: Sequence[Message]) -> list[range]:
     """
     starts = round_starts(messages)
     bounds = ([0] if not starts or starts[0] != 0 else []) + starts + [len(messages)]
-    return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 def safe_split_points(messages: Sequence[Message]) -> list[int]:

@@ -109,7 +109,12 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
     if m.role in ("user", "assistant"):
         state.close_block(out, actions)
     if m.role == "assistant" and not state.has_user:
-        opener = Message(role="user", content=START_TEXT, id=derive_id(m.id, "opener"), metadata={"agentcontext": {"kind": "opener"}})
+        opener = Message(
+            role="user",
+            content=START_TEXT,
+            id=derive_id(m.id, "opener"),
+            metadata={"agentcontext": {"kind": "opener"}},
+        )
         out.append(opener)
         state.has_user = True
         actions.append(
@@ -145,7 +150,11 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
             out.append(m)
             state.last_id = m.id
             return
-        why = "answers a call that was already answered" if cid in state.answered else "answers no earlier tool call"
+        why = (
+            "answers a call that was already answered"
+            if cid in state.answered
+            else "answers no earlier tool call"
+        )
         actions.append(
             Action(
                 kind="repaired",

@@ -41,7 +41,10 @@ def _text(rng: random.Random, words: int, *, cjk: bool) -> str:
 def _tool_output(rng: random.Random, size: int, *, cjk: bool) -> str:
     kind = rng.random()
     if kind < 0.3:
-        rows = [{"id": rng.randrange(10_000), "path": f"src/mod{rng.randrange(50)}.py", "ok": rng.random() < 0.5} for _ in range(max(1, size // 12))]
+        rows = [
+            {"id": rng.randrange(10_000), "path": f"src/mod{rng.randrange(50)}.py", "ok": rng.random() < 0.5}
+            for _ in range(max(1, size // 12))
+        ]
         return json.dumps(rows)
     lines = []
     for i in range(max(1, size // 10)):
@@ -72,7 +75,12 @@ def make_conversation(
     rng = random.Random(seed)
     out: list[Message] = []
     if system:
-        out.append(Message(role="system", content="You are a careful coding agent. " + _text(rng, rng.randint(5, 60), cjk=False)))
+        out.append(
+            Message(
+                role="system",
+                content="You are a careful coding agent. " + _text(rng, rng.randint(5, 60), cjk=False),
+            )
+        )
     call_no = 0
     for _ in range(rounds):
         cjk = rng.random() < cjk_share
@@ -88,16 +96,26 @@ def make_conversation(
                 calls.append(ToolCall(id=cid, name=rng.choice(_TOOLS), arguments=args))
             ids = [c.id for c in calls]
             if len(set(ids)) != len(ids):
-                calls = [ToolCall(id=f"{c.id}_{i}", name=c.name, arguments=c.arguments) for i, c in enumerate(calls)]
+                calls = [
+                    ToolCall(id=f"{c.id}_{i}", name=c.name, arguments=c.arguments)
+                    for i, c in enumerate(calls)
+                ]
             text = _text(rng, rng.randint(0, 20), cjk=cjk) if rng.random() < 0.5 else None
-            out.append(Message(role="assistant", content=text, tool_calls=calls))
+            out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
             for call in calls:
                 if messy and rng.random() < 0.08:
                     continue  # never answered
                 size = rng.randint(*output_tokens)
                 if rng.random() < huge_share:
                     size *= 40
-                out.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=_tool_output(rng, size, cjk=cjk)))
+                out.append(
+                    Message(
+                        role="tool",
+                        tool_call_id=call.id,
+                        name=call.name,
+                        content=_tool_output(rng, size, cjk=cjk),
+                    )
+                )
             if messy and rng.random() < 0.05:
                 out.append(Message(role="tool", tool_call_id="call_orphan", content="stray output"))
         if messy and rng.random() < 0.05:

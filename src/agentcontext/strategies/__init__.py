@@ -6,12 +6,26 @@
 
 from ._base import (
     Action as Action,
+)
+from ._base import (
     ActionKind as ActionKind,
+)
+from ._base import (
     CompactionContext as CompactionContext,
+)
+from ._base import (
     CompactionFlow as CompactionFlow,
+)
+from ._base import (
     CompactionResult as CompactionResult,
+)
+from ._base import (
     PureStrategy as PureStrategy,
+)
+from ._base import (
     Strategy as Strategy,
+)
+from ._base import (
     SummaryRequest as SummaryRequest,
 )
 from .hard_truncate import HardTruncate as HardTruncate

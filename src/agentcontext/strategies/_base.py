@@ -221,7 +221,7 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None) -> Message:
     written as data, not as an instruction, and never as a system message.
     """
     n = len(removed)
-    covers = [m.id for m in removed]
+    covers: list[JSONValue] = [m.id for m in removed]
     text = (
         f"[agentcontext: {n} earlier message{'s' if n != 1 else ''} of this conversation "
         "were removed here to fit the context window; they are kept in the session log and can be "
@@ -232,7 +232,9 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None) -> Message:
     return Message(
         role="user",
         content=text,
-        id=derive_id(anchor, "elision:" + ",".join(covers[:1] + covers[-1:]) + f":{n}"),
+        id=derive_id(
+            anchor, "elision:" + ",".join(m.id for m in list(removed[:1]) + list(removed[-1:])) + f":{n}"
+        ),
         metadata={"agentcontext": {"kind": "elision", "covers": covers}},
     )
 
@@ -268,7 +270,9 @@ def plan_suffix(
     n = len(messages)
     head, latest_user = essential_indices(messages)
     head_set = set(head)
-    points = [p for p in safe_split_points(messages) if p >= min_start and (p == n or messages[p].role != "tool")]
+    points = [
+        p for p in safe_split_points(messages) if p >= min_start and (p == n or messages[p].role != "tool")
+    ]
     suffix = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
         suffix[i] = suffix[i + 1] + counts[i]
@@ -280,7 +284,12 @@ def plan_suffix(
         pins = []
         if with_first and first_user is not None and first_user < start and first_user not in head_set:
             pins.append(first_user)
-        if latest_user is not None and latest_user < start and latest_user not in head_set and latest_user not in pins:
+        if (
+            latest_user is not None
+            and latest_user < start
+            and latest_user not in head_set
+            and latest_user not in pins
+        ):
             pins.append(latest_user)
         return pins
 
@@ -296,10 +305,10 @@ def plan_suffix(
         for p in points:
             pins = pins_for(p, with_first)
             if cost(p, pins) <= limit:
-                return _make_plan(n, p, head, pins)
+                return _make_plan(p, head, pins)
     # Nothing fits: the smallest valid suffix.
     p = points[-1]
-    return _make_plan(n, p, head, pins_for(p, False))
+    return _make_plan(p, head, pins_for(p, False))
 
 
 def plan_at(messages: Sequence[Message], start: int, *, keep_first_user: bool = True) -> SuffixPlan:
@@ -316,10 +325,10 @@ def plan_at(messages: Sequence[Message], start: int, *, keep_first_user: bool = 
             pins.append(first_user)
     if latest_user is not None and len(head) <= latest_user < start and latest_user not in pins:
         pins.append(latest_user)
-    return _make_plan(len(messages), start, head, pins)
+    return _make_plan(start, head, pins)
 
 
-def _make_plan(n: int, start: int, head: list[int], pins: list[int]) -> SuffixPlan:
+def _make_plan(start: int, head: list[int], pins: list[int]) -> SuffixPlan:
     kept_head = tuple(sorted(set(head) | set(pins)))
     kept = set(kept_head)
     removed = tuple(i for i in range(start) if i not in kept)

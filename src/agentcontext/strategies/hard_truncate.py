@@ -25,7 +25,9 @@ from .observation_masking import _shorten_strings
 __all__ = ["HardTruncate", "shorten_text"]
 
 
-def shorten_text(text: str, *, counter: TokenCounter, max_tokens: int, head_share: float = 0.4, ref: str) -> str:
+def shorten_text(
+    text: str, *, counter: TokenCounter, max_tokens: int, head_share: float = 0.4, ref: str
+) -> str:
     """Cut ``text`` in the middle so it (marker included) takes at most ``max_tokens`` tokens.
 
     The head and tail are kept verbatim; a marker says how much was cut and
@@ -81,7 +83,9 @@ class HardTruncate(PureStrategy):
         if not 0.0 <= self.head_share <= 1.0:
             raise ConfigError(f"HardTruncate.head_share must be within [0, 1], got {self.head_share}")
         if self.min_message_tokens < 16:
-            raise ConfigError(f"HardTruncate.min_message_tokens must be at least 16, got {self.min_message_tokens}")
+            raise ConfigError(
+                f"HardTruncate.min_message_tokens must be at least 16, got {self.min_message_tokens}"
+            )
 
     def compact(self, messages: Sequence[Message], ctx: CompactionContext) -> CompactionResult:
         """Make ``messages`` fit ``ctx.budget`` (aiming at ``ctx.target``), or raise."""
@@ -110,7 +114,9 @@ class HardTruncate(PureStrategy):
         cap = max(self.min_message_tokens, room // 4)
         work = list(messages)
         actions: list[Action] = []
-        order = sorted((i for i in range(len(work)) if i not in essential and counts[i] > cap), key=lambda i: -counts[i])
+        order = sorted(
+            (i for i in range(len(work)) if i not in essential and counts[i] > cap), key=lambda i: -counts[i]
+        )
         for i in order:
             m = work[i]
             new = self._shorten(m, ctx, cap)
@@ -135,13 +141,19 @@ class HardTruncate(PureStrategy):
             counts[i] = new_count
 
         # 2. Drop the oldest rounds, keeping the longest suffix that fits.
-        plan = plan_suffix(work, counts, limit=limit, reply_overhead=ctx.reply_overhead, note_tokens=note_tokens)
-        out, dropped = apply_suffix_plan(work, plan, strategy=self.name, counts=counts, reason=f"dropped to fit {limit} tokens")
+        plan = plan_suffix(
+            work, counts, limit=limit, reply_overhead=ctx.reply_overhead, note_tokens=note_tokens
+        )
+        out, dropped = apply_suffix_plan(
+            work, plan, strategy=self.name, counts=counts, reason=f"dropped to fit {limit} tokens"
+        )
         tokens = ctx.total(out)
         if tokens > ctx.budget:
             # Even the newest complete exchange does not fit: keep only the essentials.
             plan = plan_at(work, len(work), keep_first_user=False)
-            out, dropped = apply_suffix_plan(work, plan, strategy=self.name, counts=counts, reason="only the essentials fit")
+            out, dropped = apply_suffix_plan(
+                work, plan, strategy=self.name, counts=counts, reason="only the essentials fit"
+            )
             tokens = ctx.total(out)
         actions.extend(dropped)
         # Shortened messages that were then dropped: report them once, as dropped originals.
@@ -168,10 +180,14 @@ class HardTruncate(PureStrategy):
         text_budget = max(cap - 16 * (1 + len(m.tool_calls)), 16)
         new_content: str | tuple[TextPart, ...] | None | object = content
         if isinstance(content, str) and content:
-            new_content = shorten_text(content, counter=ctx.counter, max_tokens=text_budget, ref=ref, head_share=self.head_share)
+            new_content = shorten_text(
+                content, counter=ctx.counter, max_tokens=text_budget, ref=ref, head_share=self.head_share
+            )
         elif isinstance(content, tuple) and content:
             text = m.text
-            short = shorten_text(text, counter=ctx.counter, max_tokens=text_budget, ref=ref, head_share=self.head_share)
+            short = shorten_text(
+                text, counter=ctx.counter, max_tokens=text_budget, ref=ref, head_share=self.head_share
+            )
             if short != text:
                 # Images are dropped from a shortened message: they are what makes it large.
                 new_content = (TextPart(text=short),)
@@ -192,7 +208,9 @@ def _shorten_call(call: ToolCall, max_chars: int) -> ToolCall:
     try:
         parsed: JSONValue = json.loads(call.arguments)
     except ValueError:
-        return ToolCall(id=call.id, name=call.name, arguments=json.dumps({"_shortened": call.arguments[:max_chars]}))
+        return ToolCall(
+            id=call.id, name=call.name, arguments=json.dumps({"_shortened": call.arguments[:max_chars]})
+        )
     short, cut = _shorten_strings(parsed, max(max_chars // 4, 16))
     if cut == 0:
         return call

@@ -161,7 +161,10 @@ class MaskObservations(PureStrategy):
                     continue
                 new = m.evolve(
                     tool_calls=shortened,
-                    metadata={**m.metadata, "agentcontext": {"kind": "arguments_shortened", "original_id": m.id}},
+                    metadata={
+                        **m.metadata,
+                        "agentcontext": {"kind": "arguments_shortened", "original_id": m.id},
+                    },
                 )
                 new_count = ctx.count(new)
                 if new_count >= counts[i]:
@@ -183,7 +186,9 @@ class MaskObservations(PureStrategy):
                 if total - freed <= ctx.target and freed >= clear_at_least:
                     break
         if not actions:
-            return CompactionResult(messages=tuple(messages), tokens=total, note="nothing old enough or large enough to mask")
+            return CompactionResult(
+                messages=tuple(messages), tokens=total, note="nothing old enough or large enough to mask"
+            )
         if freed < clear_at_least:
             return CompactionResult(
                 messages=tuple(messages),

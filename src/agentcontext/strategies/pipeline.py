@@ -45,4 +45,6 @@ class Tiered:
             actions.extend(result.actions)
             if result.note:
                 notes.append(f"{tier.name}: {result.note}")
-        return CompactionResult(messages=current, actions=tuple(actions), tokens=tokens, note="; ".join(notes))
+        return CompactionResult(
+            messages=current, actions=tuple(actions), tokens=tokens, note="; ".join(notes)
+        )

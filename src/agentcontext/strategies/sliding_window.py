@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from ..exceptions import ConfigError
 from ..messages import Message, round_starts, safe_split_points
-from ._base import CompactionContext, CompactionResult, PureStrategy, apply_suffix_plan, essential_indices, plan_at
+from ._base import (
+    CompactionContext,
+    CompactionResult,
+    PureStrategy,
+    apply_suffix_plan,
+    essential_indices,
+    plan_at,
+)
 
 __all__ = ["SlidingWindow"]
 
@@ -33,7 +40,10 @@ class SlidingWindow(PureStrategy):
     def __post_init__(self) -> None:
         if self.keep_last_messages is not None and self.keep_last_rounds is not None:
             raise ConfigError("SlidingWindow takes keep_last_messages or keep_last_rounds, not both")
-        for label, value in (("keep_last_messages", self.keep_last_messages), ("keep_last_rounds", self.keep_last_rounds)):
+        for label, value in (
+            ("keep_last_messages", self.keep_last_messages),
+            ("keep_last_rounds", self.keep_last_rounds),
+        ):
             if value is not None and value < 1:
                 raise ConfigError(f"SlidingWindow.{label} must be at least 1, got {value}")
 

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from ..exceptions import ConfigError
 from ..messages import Message
-from ._base import CompactionContext, CompactionResult, PureStrategy, apply_suffix_plan, elision_note, plan_suffix
+from ._base import (
+    CompactionContext,
+    CompactionResult,
+    PureStrategy,
+    apply_suffix_plan,
+    elision_note,
+    plan_suffix,
+)
 
 __all__ = ["TokenBudget"]
 
@@ -53,7 +60,11 @@ class TokenBudget(PureStrategy):
             keep_first_user=self.keep_first_user,
         )
         out, actions = apply_suffix_plan(
-            messages, plan, strategy=self.name, counts=counts, reason=f"oldest messages dropped to fit {limit} tokens"
+            messages,
+            plan,
+            strategy=self.name,
+            counts=counts,
+            reason=f"oldest messages dropped to fit {limit} tokens",
         )
         tokens = ctx.total(out)
         return CompactionResult(
