@@ -1,0 +1,563 @@
+"""The model registry: resolution of real model names, registration, validation, the built-in table."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import doctest
+import importlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentcontext import models
+from agentcontext.exceptions import ConfigError, UnknownModelError
+from agentcontext.models import ModelSpec
+
+# --------------------------------------------------------------------------
+# Resolution of names as agents really send them.
+
+RESOLVES = [
+    # OpenAI: dated snapshots, numbered snapshots, preview aliases, prefixes.
+    ("gpt-4o-2024-08-06", "gpt-4o"),
+    ("gpt-4o-2024-05-13", "gpt-4o"),
+    ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+    ("gpt-4o-mini-search-preview-2025-03-11", "gpt-4o-mini"),
+    ("gpt-4.1-2025-04-14", "gpt-4.1"),
+    ("gpt-4.1-mini-2025-04-14", "gpt-4.1-mini"),
+    ("gpt-4.1-nano-2025-04-14", "gpt-4.1-nano"),
+    ("gpt-4-0613", "gpt-4"),
+    ("gpt-4-turbo-2024-04-09", "gpt-4-turbo"),
+    ("gpt-4-1106-preview", "gpt-4-turbo"),
+    ("gpt-4-0125-preview", "gpt-4-turbo"),
+    ("gpt-3.5-turbo-0125", "gpt-3.5-turbo"),
+    ("gpt-3.5-turbo-16k", "gpt-3.5-turbo"),
+    ("gpt-5-2025-08-07", "gpt-5"),
+    ("gpt-5-mini-2025-08-07", "gpt-5-mini"),
+    ("gpt-5-nano-2025-08-07", "gpt-5-nano"),
+    ("gpt-5-chat-latest", "gpt-5"),
+    ("gpt-5-codex", "gpt-5"),
+    ("gpt-5.1-chat-latest", "gpt-5.1"),
+    ("gpt-5.2-2025-12-11", "gpt-5.2"),
+    ("gpt-5.4-mini", "gpt-5.4-mini"),
+    ("o1-2024-12-17", "o1"),
+    ("o3-2025-04-16", "o3"),
+    ("o3-mini-2025-01-31", "o3-mini"),
+    ("o4-mini-2025-04-16", "o4-mini"),
+    ("o4-mini-high", "o4-mini"),
+    ("openai/gpt-4o", "gpt-4o"),
+    ("openrouter/openai/gpt-4.1-mini", "gpt-4.1-mini"),
+    # Anthropic: API dates, -latest aliases, Vertex @dates, Bedrock ids, OpenRouter dots.
+    ("claude-3-5-sonnet-20241022", "claude-3-5-sonnet"),
+    ("claude-3-5-sonnet-20240620", "claude-3-5-sonnet"),
+    ("claude-3-5-sonnet-latest", "claude-3-5-sonnet"),
+    ("claude-3-5-haiku-20241022", "claude-3-5-haiku"),
+    ("claude-3-7-sonnet-20250219", "claude-3-7-sonnet"),
+    ("claude-3-7-sonnet-latest", "claude-3-7-sonnet"),
+    ("claude-sonnet-4-20250514", "claude-sonnet-4"),
+    ("claude-sonnet-4-0", "claude-sonnet-4"),
+    ("claude-opus-4-20250514", "claude-opus-4"),
+    ("claude-opus-4-1-20250805", "claude-opus-4-1"),
+    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+    ("claude-haiku-4-5-20251001", "claude-haiku-4-5"),
+    ("claude-opus-4-5-20251101", "claude-opus-4-5"),
+    ("claude-opus-4-6", "claude-opus-4-6"),
+    ("claude-sonnet-4-6[1m]", "claude-sonnet-4-6"),
+    ("claude-opus-4-8", "claude-opus-4-8"),
+    ("claude-3-5-sonnet-v2@20241022", "claude-3-5-sonnet"),
+    ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5"),
+    ("anthropic.claude-3-5-sonnet-20241022-v2:0", "claude-3-5-sonnet"),
+    ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5"),
+    ("anthropic/claude-3.5-sonnet", "claude-3-5-sonnet"),
+    ("anthropic/claude-3.7-sonnet:thinking", "claude-3-7-sonnet"),
+    ("openrouter/anthropic/claude-sonnet-4.5", "claude-sonnet-4-5"),
+    ("anthropic/claude-opus-4.1", "claude-opus-4-1"),
+    # Google.
+    ("gemini-2.0-flash-001", "gemini-2.0-flash"),
+    ("gemini-2.0-flash-exp", "gemini-2.0-flash"),
+    ("gemini-2.0-flash-lite-001", "gemini-2.0-flash-lite"),
+    ("gemini-2.5-pro-preview-05-06", "gemini-2.5-pro"),
+    ("gemini-2.5-flash-preview-04-17", "gemini-2.5-flash"),
+    ("gemini-2.5-flash-lite-preview-06-17", "gemini-2.5-flash-lite"),
+    ("models/gemini-2.5-pro", "gemini-2.5-pro"),
+    ("google/gemini-2.5-flash", "gemini-2.5-flash"),
+    # DeepSeek.
+    ("deepseek-chat", "deepseek-chat"),
+    ("deepseek/deepseek-reasoner", "deepseek-reasoner"),
+    ("deepseek-v4-pro-0813", "deepseek-v4-pro"),
+    ("deepseek-v4-flash", "deepseek-v4-flash"),
+    # Qwen.
+    ("qwen3-max-2025-09-23", "qwen3-max"),
+    ("qwen3-max-preview", "qwen3-max"),
+    ("qwen-max-latest", "qwen-max"),
+    ("qwen-max-2025-01-25", "qwen-max"),
+    ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+    ("qwen2.5-72b-instruct", "qwen2.5-72b"),
+    # Moonshot.
+    ("kimi-k2-0905-preview", "kimi-k2"),
+    ("kimi-k2-0711-preview", "kimi-k2-0711"),
+    ("kimi-k2-turbo-preview", "kimi-k2-turbo"),
+    ("kimi-k2-instruct", "kimi-k2"),
+    ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2"),
+    ("moonshotai/kimi-k2:free", "kimi-k2"),
+    ("kimi-k2-thinking", "kimi-k2-thinking"),
+    ("moonshot-v1-128k", "moonshot-v1-128k"),
+    # Meta.
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.3-70b"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("meta-llama/llama-3.1-405b-instruct", "llama-3.1-405b"),
+    ("llama3.1:8b", "llama-3.1-8b"),
+    ("llama3.3:70b", "llama-3.3-70b"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), RESOLVES)
+def test_real_model_names_resolve_to_their_family(name: str, expected: str) -> None:
+    assert models.get(name).name == expected
+
+
+@pytest.mark.parametrize(
+    "name", ["GPT-4o", "gpt-4O-2024-08-06", "Claude-3-5-Sonnet-20241022", "  gemini-2.5-PRO  "]
+)
+def test_lookup_ignores_case_and_surrounding_spaces(name: str) -> None:
+    assert models.get(name) is models.get(name.strip().lower())
+
+
+def test_longest_family_wins_and_families_match_only_on_a_dash_boundary() -> None:
+    # gpt-4o-mini, not gpt-4o; claude-opus-4-1, not claude-opus-4.
+    assert models.get("gpt-4o-mini-2024-07-18").context_window == 128_000
+    assert models.get("gpt-4o-mini-2024-07-18").input_price == 0.15
+    assert models.get("claude-opus-4-1-20250805").name == "claude-opus-4-1"
+    assert models.get("claude-opus-4-5-20251101").input_price == 5.0  # not Opus 4's $15
+    # "gpt-4o" starts with "gpt-4" but not on a boundary: it must never fall back to GPT-4's 8K window.
+    assert models.get("gpt-4o").context_window == 128_000
+    for name in ("gpt-4x", "gpt-40", "o10", "claude-opus-40"):
+        with pytest.raises(UnknownModelError):
+            models.get(name)
+
+
+def test_versions_only_strip_from_the_end() -> None:
+    # A date inside a name is not a version suffix; the family still matches by prefix.
+    assert models.get("gpt-4o-2024-08-06-ft-custom").name == "gpt-4o"
+
+
+# --------------------------------------------------------------------------
+# Unknown names.
+
+
+def test_unknown_name_error_names_the_model_and_suggests_close_matches() -> None:
+    with pytest.raises(UnknownModelError) as info:
+        models.get("claude-sonet-4-5")
+    err = info.value
+    assert err.name == "claude-sonet-4-5"
+    assert "claude-sonnet-4-5" in err.suggestions
+    text = str(err)
+    assert "'claude-sonet-4-5'" in text
+    assert "'claude-sonnet-4-5'" in text
+    assert "register" in text
+    # Usable with the builtin exception types a caller would reach for.
+    assert isinstance(err, LookupError)
+    assert isinstance(err, ValueError)
+
+
+def test_unknown_versioned_name_suggests_from_its_family_not_its_date() -> None:
+    with pytest.raises(UnknownModelError) as info:
+        models.get("openai/gtp-4o-mini-2024-07-18")
+    assert info.value.suggestions[0] == "gpt-4o-mini"
+
+
+def test_nothing_close_gives_no_suggestions() -> None:
+    with pytest.raises(UnknownModelError) as info:
+        models.get("zzzzzzzzzzzz")
+    assert info.value.suggestions == ()
+    assert "Did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None, 42, b"gpt-4o"])
+def test_get_rejects_non_names_with_a_config_error(bad: object) -> None:
+    with pytest.raises(ConfigError, match="model name"):
+        models.get(bad)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# register / replace / unregister.
+
+
+def _spec(name: str = "acme-chat", **overrides: object) -> ModelSpec:
+    fields: dict[str, object] = {
+        "name": name,
+        "provider": "other",
+        "context_window": 32_000,
+        "max_output_tokens": 4_000,
+        "tokenizer": "estimate",
+        "source": "test fixture, 2026-11-21",
+    }
+    fields.update(overrides)
+    return ModelSpec(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def registered() -> Iterator[Callable[..., None]]:
+    """``registered(spec, replace=...)`` registers and unregisters at teardown, so tests never leak."""
+    names: list[str] = []
+
+    def do(spec: ModelSpec, *, replace: bool = False) -> None:
+        models.register(spec, replace=replace)
+        names.append(spec.name)
+
+    yield do
+    for name in reversed(names):
+        try:
+            models.unregister(name)
+        except (UnknownModelError, ConfigError):
+            pass  # already unregistered by the test itself
+
+
+def test_register_makes_a_model_and_its_aliases_resolvable(registered: Callable[..., None]) -> None:
+    spec = _spec(aliases=("acme-chat-v2", "Acme-Latest"))
+    registered(spec)
+    assert models.get("acme-chat") is spec
+    assert models.get("ACME-CHAT") is spec
+    assert models.get("acme-latest") is spec
+    assert models.get("acme/acme-chat-2026-01-01") is spec  # versioned and prefixed names too
+    assert spec in models.all_models()
+
+
+def test_register_refuses_a_taken_name_unless_replace(registered: Callable[..., None]) -> None:
+    registered(_spec())
+    with pytest.raises(ConfigError, match="replace=True"):
+        models.register(_spec(context_window=64_000))
+    registered(_spec(context_window=64_000), replace=True)
+    assert models.get("acme-chat").context_window == 64_000
+
+
+def test_replacing_a_builtin_shadows_it_and_unregister_restores_it(registered: Callable[..., None]) -> None:
+    builtin = models.get("gpt-4o")
+    with pytest.raises(ConfigError, match="already registered"):
+        models.register(_spec("gpt-4o"))
+    mine = _spec("gpt-4o", provider="openai", tokenizer="o200k_base", context_window=64_000)
+    registered(mine, replace=True)
+    assert models.get("gpt-4o-2024-08-06") is mine
+    # The built-in table other modules hold is untouched.
+    assert models.BUILTIN_MODELS["gpt-4o"] is builtin
+    assert models.all_models().count(mine) == 1
+    assert builtin not in models.all_models()
+    models.unregister("gpt-4o")
+    assert models.get("gpt-4o") is builtin
+
+
+def test_an_alias_cannot_take_another_models_name(registered: Callable[..., None]) -> None:
+    with pytest.raises(ConfigError, match="already names model 'gpt-4o'"):
+        models.register(_spec(aliases=("gpt-4o",)))
+    with pytest.raises(ConfigError, match="already names model 'gpt-4-turbo'"):
+        models.register(_spec(aliases=("GPT-4-1106-preview",)))
+    registered(_spec("acme-a", aliases=("acme",)))
+    with pytest.raises(ConfigError, match="already names model 'acme-a'"):
+        models.register(_spec("acme", aliases=()), replace=True)
+    # Nothing was half-registered: "acme" still names acme-a, and no "acme-chat" exists.
+    assert models.get("acme").name == "acme-a"
+    assert "acme-chat" not in {s.name for s in models.all_models()}
+
+
+def test_unregister_by_alias_and_its_errors(registered: Callable[..., None]) -> None:
+    registered(_spec(aliases=("acme-alias",)))
+    models.unregister("ACME-ALIAS")
+    with pytest.raises(UnknownModelError):
+        models.get("acme-chat")
+    with pytest.raises(UnknownModelError):
+        models.unregister("acme-chat")
+    with pytest.raises(ConfigError, match="built-in"):
+        models.unregister("claude-opus-4-8")
+    assert models.get("claude-opus-4-8").name == "claude-opus-4-8"
+
+
+def test_register_rejects_what_is_not_a_spec() -> None:
+    with pytest.raises(ConfigError, match="ModelSpec"):
+        models.register({"name": "x"})  # type: ignore[arg-type]
+
+
+def test_all_models_is_sorted_and_includes_every_builtin() -> None:
+    names = [s.name for s in models.all_models()]
+    assert names == sorted(names, key=str.lower)
+    assert set(models.BUILTIN_MODELS) <= {n.lower() for n in names}
+
+
+def test_the_builtin_table_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        models.BUILTIN_MODELS["x"] = _spec("x")  # type: ignore[index]
+
+
+def test_concurrent_registration_loses_nothing() -> None:
+    threads, per_thread = 8, 25
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(per_thread):
+                models.register(_spec(f"race-{t}-{i}", aliases=(f"race-alias-{t}-{i}",)))
+                # Readers running alongside always see a consistent table.
+                assert models.get("gpt-4o").name == "gpt-4o"
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    try:
+        assert errors == []
+        for t in range(threads):
+            for i in range(per_thread):
+                assert models.get(f"race-alias-{t}-{i}").name == f"race-{t}-{i}"
+    finally:
+        for t in range(threads):
+            for i in range(per_thread):
+                models.unregister(f"race-{t}-{i}")
+    assert not [s for s in models.all_models() if s.name.startswith("race-")]
+
+
+# --------------------------------------------------------------------------
+# ModelSpec validation.
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": " padded "}, "name"),
+        ({"provider": "openia"}, "provider 'openia'"),
+        ({"context_window": 0}, "context_window must be a positive int"),
+        ({"context_window": -5}, "context_window"),
+        ({"context_window": 1.5}, "context_window"),
+        ({"context_window": True}, "context_window"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"max_output_tokens": 64_000}, "exceeds context_window"),
+        ({"max_input_tokens": 40_000}, "max_input_tokens"),
+        ({"tokenizer": "gpt2"}, "tokenizer 'gpt2'"),
+        ({"tokenizer": "hf:"}, "tokenizer"),
+        ({"input_price": -1.0}, "input_price"),
+        ({"output_price": math.inf}, "output_price"),
+        ({"cached_input_price": math.nan}, "cached_input_price"),
+        ({"cache_write_price": "1.0"}, "cache_write_price"),
+        ({"input_price": 1.0, "cached_input_price": 2.0}, "a cache hit never costs more"),
+        ({"cache_style": "sometimes"}, "cache_style"),
+        ({"aliases": "acme"}, "aliases"),
+        ({"aliases": ("ok", "")}, "alias"),
+        ({"source": None}, "source"),
+        ({"estimate_margin": 1.0}, "estimate_margin"),
+        ({"estimate_margin": -0.1}, "estimate_margin"),
+    ],
+)
+def test_invalid_specs_raise_config_errors_naming_the_field(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _spec(**overrides)
+
+
+def test_spec_errors_name_the_model() -> None:
+    with pytest.raises(ConfigError, match="ModelSpec 'acme-chat'"):
+        _spec(context_window=0)
+
+
+def test_spec_defaults_and_coercions() -> None:
+    spec = _spec(aliases=["a", "b"])
+    assert spec.aliases == ("a", "b")
+    assert spec.estimate_margin == models.ESTIMATE_MARGIN
+    assert _spec(tokenizer="o200k_base").estimate_margin == 0.0
+    assert _spec(tokenizer="hf:Qwen/Qwen2.5-72B-Instruct").estimate_margin == 0.0
+    assert _spec(estimate_margin=0.2).estimate_margin == 0.2
+    assert _spec(estimate_margin=0).estimate_margin == 0.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.context_window = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reserve"),
+    [
+        ({"context_window": 32_000, "max_output_tokens": 4_000}, 4_000),  # the output cap
+        ({"context_window": 200_000, "max_output_tokens": 128_000}, 50_000),  # 25% of the window
+        ({"context_window": 8_192, "max_output_tokens": 8_192}, 2_048),
+        # A separate input cap raises the reserve so a prompt within budget is never refused.
+        ({"context_window": 400_000, "max_output_tokens": 128_000, "max_input_tokens": 272_000}, 128_000),
+    ],
+)
+def test_default_reserve(kwargs: dict[str, object], reserve: int) -> None:
+    assert _spec(**kwargs).default_reserve == reserve
+
+
+def test_default_reserve_of_real_models() -> None:
+    assert models.get("gpt-4o").default_reserve == 16_384
+    assert models.get("gpt-5").default_reserve == 128_000  # 400K window, 272K input cap
+    assert models.get("gpt-5.4").default_reserve == 128_000
+    assert models.get("claude-sonnet-4-5").default_reserve == 50_000
+    assert models.get("gemini-2.5-pro").default_reserve == 65_536
+
+
+# --------------------------------------------------------------------------
+# The built-in table.
+
+BUILTINS = sorted(models.BUILTIN_MODELS.values(), key=lambda s: s.name)
+
+
+@pytest.mark.parametrize("spec", BUILTINS, ids=lambda s: s.name)
+def test_builtin_spec_is_consistent(spec: ModelSpec) -> None:
+    assert spec.max_output_tokens <= spec.context_window
+    assert 0 < spec.default_reserve < spec.context_window
+    if spec.max_input_tokens is not None:
+        assert spec.context_window - spec.default_reserve <= spec.max_input_tokens
+    if spec.cached_input_price is not None and spec.input_price is not None:
+        assert spec.cached_input_price <= spec.input_price
+    if spec.cached_input_price is not None:
+        assert spec.input_price is not None
+    assert spec.tokenizer in {"o200k_base", "cl100k_base", "estimate"}
+    assert (spec.estimate_margin > 0) == (spec.tokenizer == "estimate")
+    assert "20" in spec.source and len(spec.source) > 20  # says where and when
+    assert spec.name == spec.name.lower()
+    # Every name and alias resolves back to this very spec.
+    for key in (spec.name, *spec.aliases):
+        assert models.get(key) is spec
+
+
+@pytest.mark.parametrize("spec", BUILTINS, ids=lambda s: s.name)
+def test_builtin_provider_conventions(spec: ModelSpec) -> None:
+    if spec.provider == "openai":
+        exact = {"gpt-3.5-turbo": "cl100k_base", "gpt-4": "cl100k_base", "gpt-4-turbo": "cl100k_base"}
+        assert spec.tokenizer == exact.get(spec.name, "o200k_base")
+        assert spec.cache_style == ("automatic_prefix" if spec.cached_input_price is not None else "none")
+        assert spec.cache_write_price is None
+    elif spec.provider == "anthropic":
+        assert spec.cache_style == "explicit_breakpoints"
+        assert spec.input_price is not None and spec.cache_write_price is not None
+        assert spec.cache_write_price == pytest.approx(spec.input_price * 1.25)
+        assert spec.cached_input_price == pytest.approx(spec.input_price * 0.1)
+    else:
+        assert spec.tokenizer == "estimate"
+        assert spec.cache_write_price is None
+    if spec.provider == "meta":
+        assert (spec.input_price, spec.cached_input_price, spec.output_price) == (None, None, None)
+
+
+def test_builtins_cover_every_family_the_issue_names() -> None:
+    names = set(models.BUILTIN_MODELS)
+    for family in (
+        "gpt-4o",
+        "gpt-4.1",
+        "gpt-5",
+        "gpt-5-mini",
+        "o3",
+        "o4-mini",
+        "claude-3-5-sonnet",
+        "claude-3-7-sonnet",
+        "claude-sonnet-4",
+        "claude-opus-4-1",
+        "claude-sonnet-4-5",
+        "gemini-2.0-flash",
+        "gemini-2.5-pro",
+        "deepseek-chat",
+        "qwen3-max",
+        "kimi-k2",
+        "llama-3.1-8b",
+    ):
+        assert family in names
+    assert {s.provider for s in BUILTINS} >= {
+        "openai",
+        "anthropic",
+        "google",
+        "deepseek",
+        "qwen",
+        "moonshot",
+        "meta",
+    }
+
+
+def test_no_two_builtins_share_a_name_or_alias() -> None:
+    keys = [k.lower() for s in BUILTINS for k in (s.name, *s.aliases)]
+    assert len(keys) == len(set(keys))
+
+
+def test_known_figures() -> None:
+    # Spot checks against the providers' pages (see each spec's source).
+    gpt4o = models.get("gpt-4o")
+    assert (gpt4o.context_window, gpt4o.max_output_tokens) == (128_000, 16_384)
+    assert (gpt4o.input_price, gpt4o.cached_input_price, gpt4o.output_price) == (2.50, 1.25, 10.0)
+    assert models.get("gpt-4.1").context_window == 1_047_576
+    nano = models.get("gpt-5-nano")
+    assert (nano.context_window, nano.max_input_tokens, nano.cached_input_price) == (400_000, 272_000, 0.005)
+    sonnet = models.get("claude-sonnet-4-5")
+    assert (sonnet.context_window, sonnet.max_output_tokens, sonnet.cache_write_price) == (
+        200_000,
+        64_000,
+        3.75,
+    )
+    assert models.get("gpt-3.5-turbo").context_window == 16_385
+
+
+# --------------------------------------------------------------------------
+# Property: any registered family name plus any version suffix resolves to it.
+
+_DATES = st.dates(min_value=datetime.date(2000, 1, 1), max_value=datetime.date(2099, 12, 31))
+_SUFFIXES = st.one_of(
+    _DATES.map(lambda d: f"-{d.isoformat()}"),
+    _DATES.map(lambda d: f"-{d:%Y%m%d}"),
+    _DATES.map(lambda d: f"@{d:%Y%m%d}"),
+    st.sampled_from(["-latest", "-preview", "-exp", "-v1:0", "-001", "-0613"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spec=st.sampled_from(BUILTINS),
+    suffix=_SUFFIXES,
+    prefix=st.sampled_from(["", "openrouter/", "some-provider/"]),
+    upper=st.booleans(),
+)
+def test_versioned_and_prefixed_builtin_names_resolve_to_their_spec(
+    spec: ModelSpec, suffix: str, prefix: str, upper: bool
+) -> None:
+    name = prefix + spec.name + suffix
+    assert models.get(name.upper() if upper else name) is spec
+
+
+# --------------------------------------------------------------------------
+# Docstring examples and counter_for.
+
+
+def test_docstring_examples_run() -> None:
+    assert doctest.testmod(models, raise_on_error=False).failed == 0
+
+
+_HAS_COUNTERS = hasattr(importlib.import_module("agentcontext.tokens"), "counter_for_tokenizer")
+needs_counters = pytest.mark.skipif(
+    not _HAS_COUNTERS, reason="agentcontext.tokens.counter_for_tokenizer has not landed yet"
+)
+
+
+@needs_counters
+def test_counter_for_picks_the_exact_encoding_for_openai_models() -> None:
+    counter = models.counter_for("gpt-4o-2024-08-06")
+    assert "o200k" in counter.name
+    assert counter.count_text("hello world") == 2
+    assert "cl100k" in models.counter_for("gpt-4-0613").name
+    assert models.counter_for(models.get("gpt-4o")).name == counter.name
+
+
+@needs_counters
+def test_counter_for_estimates_models_without_a_public_tokenizer() -> None:
+    counter = models.counter_for("claude-sonnet-4-5")
+    assert "estimate" in counter.name
+    assert counter.count_text("hello world, this is a sentence") > 0
+
+
+def test_counter_for_unknown_model_raises() -> None:
+    with pytest.raises(UnknownModelError):
+        models.counter_for("no-such-model-anywhere")
