@@ -1,0 +1,565 @@
+"""Ingest truncation: cut an oversized tool output to a preview when it is added.
+
+One huge tool result (a 5 MB log, a minified bundle, ``cat`` of a binary) must
+never overflow the window on its own, so the engine shortens tool results as
+they arrive, keeps the full text in an `~agentcontext.artifacts.ArtifactStore`,
+and leaves the model a preview with a marker saying what was cut and how to
+get it back (the marker is one line, wrapped here)::
+
+    <head of the output>
+    [... 1,234 lines, 56,789 bytes (about 14,000 tokens) of `pytest` output omitted; full output:
+    artifact:sha256:9f86d0... (pass this reference to the recall tool to read it) ...]
+    <tail of the output>
+
+This is seed 000's ``ObservationTruncator``, redone to fix every bug found in
+its real code (see ``research/seeds.md``, section 000):
+
+- **All limits hold on the preview, marker included.** The seed enforced
+  ``max_bytes`` nowhere (a single 1 MB line passed whole); here lines, UTF-8
+  bytes and (optionally) tokens each bound the returned preview.
+- **Head and tail never overlap.** The seed's ``head_tail`` took the first and
+  last 1,000 lines even of a 1,500-line output, duplicating 500 lines, so the
+  "preview" could be larger than its input. Here the kept head and tail are
+  disjoint and something is always omitted, so the preview is strictly shorter.
+- **The model is told.** The seed added no marker for ``head``/``tail`` and never
+  said where the full output went; every preview here carries one.
+- **Safe artifact names.** The seed wrote ``tool_{timestamp}_{tool_name}.json``:
+  tool names with ``/`` or ``..`` escaped the directory, and two outputs in the
+  same microsecond (``asyncio.gather``) collided. Artifacts here are named by the
+  SHA-256 of their content and the tool name is only shown in the marker.
+- **No I/O at construction.** The seed's constructor created ``./tool-output``
+  for every agent; this dataclass is pure config, and the store creates its
+  directory on first use.
+
+Peers, for scale: Gemini CLI keeps 40,000 chars (20% head, 80% tail) and a file
+path; OpenHands cuts the middle at 50,000 chars and saves a file; Codex keeps
+10 KiB / 256 lines of head and tail. The defaults here (2,000 lines, 50 KiB,
+30% head) match the seed's limits, now actually enforced.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, get_args
+
+from .artifacts import ArtifactRef, ArtifactStore
+from .exceptions import ConfigError, InvalidMessageError
+from .messages import ImagePart, JSONValue, Message, TextPart
+from .tokens._base import TokenCounter
+
+__all__ = [
+    "Direction",
+    "ObservationTruncator",
+    "TruncationResult",
+    "truncate_message",
+]
+
+Direction: TypeAlias = Literal["head", "tail", "head_tail"]
+"""Which part of an output the preview keeps: the start, the end, or both."""
+
+MIN_MAX_BYTES = 1024
+"""Smallest ``max_bytes`` accepted: the marker alone takes up to ~330 bytes."""
+MIN_MAX_TOKENS = 256
+"""Smallest ``max_tokens`` accepted: the marker alone takes up to ~100 tokens (o200k)."""
+
+_SNAP_SHARE = 0.1
+_NL = 0x0A
+_CR = 0x0D
+_TOOL_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.:-]")
+_MAX_TOOL_NAME = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class TruncationResult:
+    """What `ObservationTruncator.truncate` did to one output.
+
+    Sizes come in three groups: ``original_*`` measure the input, ``kept_*``
+    measure the returned ``preview`` (marker included: what enters the context
+    window, and what the limits bound), ``omitted_*`` measure the part of the
+    input the preview does not show (what the marker reports). Lines count
+    ``\\n``-terminated runs plus a final unterminated one; bytes are UTF-8.
+    Token fields are None when the truncator has no counter.
+    """
+
+    truncated: bool
+    """Whether anything was cut. When False, ``preview`` is the input itself and nothing was stored."""
+    preview: str
+    """The text to put in the message: head, marker, tail (per ``direction``), or the input when not truncated."""
+    ref: ArtifactRef | None
+    """Where the full output is stored; None when not truncated or when the truncator has no store."""
+    direction: Direction
+    """The truncator's direction."""
+    marker: str
+    """The marker line inside ``preview`` (without the line breaks around it); ``""`` when not truncated."""
+    head_chars: int
+    """Characters of the input kept verbatim at the start of the preview."""
+    tail_chars: int
+    """Characters of the input kept verbatim at the end of the preview."""
+    original_lines: int
+    original_bytes: int
+    original_tokens: int | None
+    kept_lines: int
+    kept_bytes: int
+    kept_tokens: int | None
+    omitted_lines: int
+    """Input lines of which the preview shows nothing (a line cut in the middle counts as kept)."""
+    omitted_bytes: int
+    """UTF-8 bytes of the input the preview does not show."""
+    omitted_tokens: int | None
+    """An estimate: the input's tokens minus those of the kept head and tail (tokenization is not additive)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservationTruncator:
+    """Cuts tool outputs that exceed a limit down to a preview, keeping the full text in a store.
+
+    Outputs within every limit are returned unchanged (and not stored). Over a
+    limit, the preview keeps the head, the tail, or both, plus a one-line marker;
+    the marker's size is budgeted, so the whole preview respects every limit.
+    The kept head and tail are disjoint and something is always omitted, so the
+    preview is smaller than the input in whatever measure the input was over
+    (an output over the line limit only may still gain a few bytes: the marker
+    can outweigh short omitted lines).
+    Cuts fall on character boundaries (never inside a UTF-8 sequence or a
+    ``\\r\\n`` pair) and snap back to a line break when one lies within 10% of the
+    side's byte budget; a single line longer than the budget is cut inside the
+    line, since there is no break to use.
+
+    Args:
+        max_lines: most lines in the preview, marker line included; None for no
+            line limit. Default 2,000 (seed 000's limit).
+        max_bytes: most UTF-8 bytes in the preview, marker included; None for no
+            byte limit. Default 50 KiB (51,200, seed 000's limit): about 12k
+            tokens of English or code, more for CJK.
+        max_tokens: most tokens in the preview by ``counter.count_text`` (the
+            text alone: the message's framing overhead is the engine's to add);
+            None (default) for no token limit. Costs one tokenization of the
+            input plus O(log n) of preview-sized candidates when the token limit
+            is what binds; the search stops within ~1.5% of the best cut, so the
+            preview may come in slightly under the limit.
+        counter: the `TokenCounter` for ``max_tokens``; when given without
+            ``max_tokens`` it only fills the results' token fields (one full
+            tokenization per call).
+        direction: ``"head_tail"`` (default) keeps both ends; ``"head"`` the start
+            (listings, file reads); ``"tail"`` the end (logs where only the
+            latest lines matter).
+        head_share: for ``"head_tail"``, the share of the line and byte budgets
+            the head gets first (any budget one side leaves unused goes to the
+            other). Default 0.3: errors, stack traces and test summaries come
+            last, so the tail gets most; but a build's *first* error is usually
+            the root cause and the head shows which command ran, so we keep
+            more head than Gemini CLI's 0.2.
+        store: where full outputs go; None (default) stores nothing and the
+            marker says the full output was not kept.
+
+    Raises:
+        ConfigError: when an option is out of range or inconsistent (the message
+            names the option and the accepted values).
+
+    >>> from agentcontext.artifacts import MemoryArtifactStore
+    >>> t = ObservationTruncator(max_lines=5, store=MemoryArtifactStore())
+    >>> r = t.truncate("".join(f"line {i}\\n" for i in range(100)))
+    >>> r.truncated, r.kept_lines, r.omitted_lines
+    (True, 5, 96)
+    >>> t.store.get(r.ref) == "".join(f"line {i}\\n" for i in range(100))
+    True
+    """
+
+    max_lines: int | None = 2000
+    max_bytes: int | None = 50 * 1024
+    max_tokens: int | None = None
+    counter: TokenCounter | None = field(default=None, compare=False)
+    direction: Direction = "head_tail"
+    head_share: float = 0.3
+    store: ArtifactStore | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_limit("max_lines", self.max_lines, minimum=1)
+        _check_limit("max_bytes", self.max_bytes, minimum=MIN_MAX_BYTES)
+        _check_limit("max_tokens", self.max_tokens, minimum=MIN_MAX_TOKENS)
+        if self.max_lines is None and self.max_bytes is None and self.max_tokens is None:
+            raise ConfigError(
+                "ObservationTruncator needs at least one limit: set max_lines, max_bytes or max_tokens "
+                "(max_bytes alone is the safest single choice)"
+            )
+        if self.counter is not None and not isinstance(self.counter, TokenCounter):
+            raise ConfigError(
+                f"counter must implement TokenCounter (count_text, count_message, ...), got {type(self.counter).__name__}"
+            )
+        if self.max_tokens is not None and self.counter is None:
+            raise ConfigError(
+                "max_tokens needs a counter to count with: pass counter=agentcontext.counter_for('<model>')"
+            )
+        if self.direction not in get_args(Direction):
+            raise ConfigError(f"direction must be 'head', 'tail' or 'head_tail', got {self.direction!r}")
+        share = self.head_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
+            raise ConfigError(f"head_share must be a number from 0.0 to 1.0, got {share!r}")
+        if self.store is not None and not isinstance(self.store, ArtifactStore):
+            raise ConfigError(
+                f"store must implement ArtifactStore (put, get, __contains__), got {type(self.store).__name__}"
+            )
+
+    def truncate(self, text: str, *, tool_name: str | None = None) -> TruncationResult:
+        """Return ``text`` unchanged if it is within every limit, else a preview and a stored original.
+
+        Args:
+            text: the tool's output.
+            tool_name: shown in the marker (sanitised to ``[A-Za-z0-9_.:-]``, at
+                most 64 characters) so the model knows which output was cut.
+                Never used in a file name.
+
+        Returns:
+            A `TruncationResult`. When truncated, ``store.get(result.ref) == text``.
+
+        Raises:
+            InvalidMessageError: when ``text`` is not a str or holds a lone surrogate.
+            ConfigError: when ``max_tokens`` is too small for even the marker by this counter.
+            StoreError: when the store cannot keep the output (nothing is cut
+                silently without its original being kept).
+        """
+        data = _encode(text)
+        n = len(data)
+        original_lines = _line_count(data)
+        original_tokens = self.counter.count_text(text) if self.counter is not None else None
+        if (
+            (self.max_lines is None or original_lines <= self.max_lines)
+            and (self.max_bytes is None or n <= self.max_bytes)
+            and (
+                self.max_tokens is None
+                or (original_tokens is not None and original_tokens <= self.max_tokens)
+            )
+        ):
+            return TruncationResult(
+                truncated=False,
+                preview=text,
+                ref=None,
+                direction=self.direction,
+                marker="",
+                head_chars=len(text),
+                tail_chars=0,
+                original_lines=original_lines,
+                original_bytes=n,
+                original_tokens=original_tokens,
+                kept_lines=original_lines,
+                kept_bytes=n,
+                kept_tokens=original_tokens,
+                omitted_lines=0,
+                omitted_bytes=0,
+                omitted_tokens=0 if original_tokens is not None else None,
+            )
+
+        ref = self.store.put(text) if self.store is not None else None
+        plan = _Plan(self, data, original_lines, original_tokens, ref, _clean_tool_name(tool_name))
+        return plan.run()
+
+
+def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple[Message, TruncationResult]:
+    """Apply ``truncator`` to a tool message's text; for the engine's append path.
+
+    String content is replaced by the preview. Part content has its text parts
+    (joined by newlines, as `Message.text` does) replaced by one text part
+    holding the preview, followed by the message's images, unchanged and in
+    their order: images are not text to cut, and dropping them would lose data
+    the store cannot hold. A message whose text fits comes back as the very same
+    object.
+
+    The new message (new id, via `Message.evolve`) records what happened in
+    ``metadata["truncated"]``: ``ref`` (the string form, or None), ``direction``
+    and the ``original_*``, ``kept_*`` and ``omitted_*`` sizes; other metadata is
+    kept. Truncating an already truncated message again records only the latest
+    cut.
+
+    Args:
+        message: a ``tool`` role message.
+        truncator: the configured truncator; the message's ``name`` is passed as ``tool_name``.
+
+    Returns:
+        ``(message, result)``: the new (or same) message and the `TruncationResult`.
+
+    Raises:
+        InvalidMessageError: when ``message`` is not a tool message.
+    """
+    if not isinstance(message, Message):
+        raise InvalidMessageError(f"truncate_message takes a Message, got {type(message).__name__}")
+    if message.role != "tool":
+        raise InvalidMessageError(
+            f"truncate_message shortens tool results only, got a {message.role!r} message; "
+            "filter with `message.role == 'tool'` first",
+            field="role",
+        )
+    result = truncator.truncate(message.text, tool_name=message.name)
+    if not result.truncated:
+        return message, result
+    content: str | tuple[TextPart | ImagePart, ...]
+    if isinstance(message.content, tuple):
+        content = (TextPart(text=result.preview), *message.images)
+    else:
+        content = result.preview
+    record: dict[str, JSONValue] = {
+        "ref": str(result.ref) if result.ref is not None else None,
+        "direction": result.direction,
+        "original_lines": result.original_lines,
+        "original_bytes": result.original_bytes,
+        "original_tokens": result.original_tokens,
+        "kept_lines": result.kept_lines,
+        "kept_bytes": result.kept_bytes,
+        "kept_tokens": result.kept_tokens,
+        "omitted_lines": result.omitted_lines,
+        "omitted_bytes": result.omitted_bytes,
+        "omitted_tokens": result.omitted_tokens,
+    }
+    metadata: dict[str, JSONValue] = {**message.metadata, "truncated": record}
+    return message.evolve(content=content, metadata=metadata), result
+
+
+# ----------------------------------------------------------------------------- the cut
+
+
+class _Plan:
+    """One truncation: budgets, cuts and the marker, over the input's UTF-8 bytes.
+
+    Working on bytes keeps every step at C speed: ``\\n`` (0x0A) never occurs
+    inside a multi-byte UTF-8 sequence, so line search is a byte search, and a
+    byte offset is a character boundary unless it points at a continuation byte
+    (0b10xxxxxx), which is at most 3 steps from one.
+    """
+
+    def __init__(
+        self,
+        config: ObservationTruncator,
+        data: bytes,
+        original_lines: int,
+        original_tokens: int | None,
+        ref: ArtifactRef | None,
+        tool_name: str | None,
+    ) -> None:
+        self.config = config
+        self.data = data
+        self.original_lines = original_lines
+        self.original_tokens = original_tokens
+        self.ref = ref
+        self.tool_name = tool_name
+
+    def run(self) -> TruncationResult:
+        cfg = self.config
+        n = len(self.data)
+        # Budget the marker at its largest possible size: the omitted amounts can
+        # only be smaller than the input's, so the real marker is never longer.
+        worst = self.marker(self.original_lines, n, self.original_tokens)
+        marker_bytes = len(worst.encode("utf-8")) + 2  # plus the line breaks around it
+        byte_budget = n - 1  # something is always omitted, so head and tail never meet
+        if cfg.max_bytes is not None:
+            byte_budget = min(byte_budget, cfg.max_bytes - marker_bytes)
+        line_budget = cfg.max_lines - 1 if cfg.max_lines is not None else self.original_lines
+        if cfg.max_tokens is None or self.original_tokens is None:
+            return self.result(*self.cut(byte_budget, line_budget))
+
+        # Token limit: search the byte budget, tokenizing only preview-sized
+        # candidates (O(log n) counts), never the whole input again. The first
+        # candidate is capped at 1.5x the input's average bytes per token times
+        # max_tokens, so even with no byte limit it is about preview-sized; the
+        # price is that text much denser in tokens at its ends than on average
+        # gets a preview somewhat under the token budget.
+        per_token = n / max(self.original_tokens, 1)
+        byte_budget = min(byte_budget, math.ceil(cfg.max_tokens * per_token * 1.5))
+        first = self.result(*self.cut(byte_budget, line_budget))
+        if self.fits(first):
+            return first
+        assert first.kept_tokens is not None
+        lo, hi = 0, byte_budget - 1
+        candidate: TruncationResult | None = None
+        # A proportional guess usually lands just under the limit, leaving a short search above it.
+        guess = int(byte_budget * cfg.max_tokens / max(first.kept_tokens, 1) * 0.95)
+        probes = [guess] if 0 < guess < hi else []
+        # Stop within ~1.5% of the best budget: closer is not worth more tokenizations.
+        while probes or hi - lo > max(16, hi // 64):
+            mid = probes.pop() if probes else (lo + hi + 1) // 2
+            trial = self.result(*self.cut(mid, line_budget))
+            if self.fits(trial):
+                lo, candidate = mid, trial
+            else:
+                hi = mid - 1
+        if candidate is None:
+            candidate = self.result(*self.cut(lo, line_budget))
+            if not self.fits(candidate):
+                counter_name = cfg.counter.name if cfg.counter is not None else "the counter"
+                raise ConfigError(
+                    f"max_tokens={cfg.max_tokens:,} is too small for this output: the preview still costs "
+                    f"{candidate.kept_tokens:,} tokens by {counter_name} with only the marker left; raise max_tokens"
+                )
+        return candidate
+
+    def fits(self, result: TruncationResult) -> bool:
+        limit = self.config.max_tokens
+        return limit is None or (result.kept_tokens is not None and result.kept_tokens <= limit)
+
+    def count(self, text: str) -> int:
+        counter = self.config.counter
+        assert counter is not None
+        return counter.count_text(text)
+
+    # --------------------------------------------------------------------- choosing head and tail
+
+    def cut(self, byte_budget: int, line_budget: int) -> tuple[int, int]:
+        """Byte offsets ``(head_end, tail_start)``: keep ``data[:head_end]`` and ``data[tail_start:]``."""
+        data, n = self.data, len(self.data)
+        byte_budget = max(0, byte_budget)
+        line_budget = max(0, line_budget)
+        direction = self.config.direction
+        if direction == "head":
+            return _head_end(data, n, line_budget, byte_budget), n
+        if direction == "tail":
+            return 0, _tail_start(data, 0, line_budget, byte_budget)
+        share = self.config.head_share
+        head = _head_end(data, n, math.floor(line_budget * share), math.floor(byte_budget * share))
+        head_lines = _line_count(data[:head])
+        tail = _tail_start(data, head, line_budget - head_lines, byte_budget - head)
+        # Give the head whatever the tail left unused (short tail lines, or a tail
+        # limited by lines): the head is recomputed with the remainder and may only grow.
+        tail_lines = _line_count(data[tail:])
+        regrown = _head_end(data, tail, line_budget - tail_lines, byte_budget - (n - tail))
+        return max(head, regrown), tail
+
+    # --------------------------------------------------------------------- the marker and the result
+
+    def marker(self, lines: int, nbytes: int, tokens: int | None) -> str:
+        amount = f"{lines:,} line{'s' if lines != 1 else ''}, " if lines else ""
+        amount += f"{nbytes:,} byte{'s' if nbytes != 1 else ''}"
+        if tokens is not None:
+            amount += f" (about {tokens:,} tokens)"
+        what = f" of `{self.tool_name}` output" if self.tool_name else ""
+        if self.ref is not None:
+            where = f"full output: {self.ref} (pass this reference to the recall tool to read it)"
+        else:
+            where = "the full output was not kept"
+        return f"[... {amount}{what} omitted; {where} ...]"
+
+    def result(self, head_end: int, tail_start: int) -> TruncationResult:
+        data, n = self.data, len(self.data)
+        head_b, tail_b = data[:head_end], data[tail_start:]
+        head, tail = head_b.decode("utf-8"), tail_b.decode("utf-8")
+        head_lines, tail_lines = _line_count(head_b), _line_count(tail_b)
+        # A line cut on both sides (the middle of one long line) is one kept line, not two.
+        same_line = (
+            bool(head_b) and bool(tail_b) and head_b[-1] != _NL and data.find(b"\n", head_end, tail_start) < 0
+        )
+        omitted_lines = self.original_lines - head_lines - tail_lines + (1 if same_line else 0)
+        omitted_tokens: int | None = None
+        if self.original_tokens is not None:
+            kept = (self.count(head) if head else 0) + (self.count(tail) if tail else 0)
+            omitted_tokens = max(0, self.original_tokens - kept)
+        marker = self.marker(omitted_lines, n - head_end - (n - tail_start), omitted_tokens)
+        # The marker sits on a line of its own: break before it unless the head ends
+        # a line, and after it when a tail follows. So the preview has exactly
+        # head_lines + tail_lines + 1 lines.
+        before = "\n" if head and not head.endswith("\n") else ""
+        after = "\n" if tail else ""
+        preview = f"{head}{before}{marker}{after}{tail}"
+        preview_bytes = len(head_b) + len(before) + len(marker.encode("utf-8")) + len(after) + len(tail_b)
+        return TruncationResult(
+            truncated=True,
+            preview=preview,
+            ref=self.ref,
+            direction=self.config.direction,
+            marker=marker,
+            head_chars=len(head),
+            tail_chars=len(tail),
+            original_lines=self.original_lines,
+            original_bytes=n,
+            original_tokens=self.original_tokens,
+            kept_lines=head_lines + tail_lines + 1,
+            kept_bytes=preview_bytes,
+            kept_tokens=self.count(preview) if self.config.counter is not None else None,
+            omitted_lines=omitted_lines,
+            omitted_bytes=tail_start - head_end,
+            omitted_tokens=omitted_tokens,
+        )
+
+
+def _head_end(data: bytes, limit: int, lines: int, nbytes: int) -> int:
+    """Largest prefix end <= ``limit`` with at most ``lines`` lines and ``nbytes`` bytes, at a clean boundary."""
+    if lines <= 0 or nbytes <= 0 or limit <= 0:
+        return 0
+    by_lines = limit
+    # Only the first ``nbytes`` can be kept, so only their line breaks matter:
+    # each probe of the token search stays preview-sized, even on a huge input.
+    if data.count(b"\n", 0, min(limit, nbytes)) >= lines:
+        pos = -1
+        for _ in range(lines):
+            pos = data.find(b"\n", pos + 1, limit)
+        by_lines = pos + 1
+    end = min(nbytes, limit)
+    while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
+        end -= 1  # never split a UTF-8 sequence
+    if end >= by_lines:
+        return by_lines  # the line limit binds: the cut is already at a line break
+    if end > 0 and data[end - 1] != _NL:
+        snap = data.rfind(b"\n", max(0, end - int(nbytes * _SNAP_SHARE)), end)
+        if snap >= 0:
+            end = snap + 1
+        elif data[end - 1] == _CR and end < len(data) and data[end] == _NL:
+            end -= 1  # keep "\r\n" whole
+    return end
+
+
+def _tail_start(data: bytes, limit: int, lines: int, nbytes: int) -> int:
+    """Smallest suffix start >= ``limit`` with at most ``lines`` lines and ``nbytes`` bytes, at a clean boundary."""
+    n = len(data)
+    if lines <= 0 or nbytes <= 0 or limit >= n:
+        return n
+    by_lines = limit
+    # A final "\n" ends the last line; it does not start another one.
+    end = n - 1 if data[-1] == _NL else n
+    if data.count(b"\n", max(limit, n - nbytes), end) >= lines:
+        search_end = end
+        for _ in range(lines):
+            search_end = data.rfind(b"\n", limit, search_end)
+        by_lines = search_end + 1
+    start = max(limit, n - nbytes)
+    while start < n and data[start] & 0xC0 == 0x80:
+        start += 1  # never split a UTF-8 sequence
+    if start <= by_lines:
+        return by_lines
+    if start < n and data[start - 1] != _NL:
+        snap = data.find(b"\n", start, min(n, start + int(nbytes * _SNAP_SHARE)))
+        if 0 <= snap < n - 1:
+            start = snap + 1
+        elif data[start - 1] == _CR and data[start] == _NL:
+            start += 1  # keep "\r\n" whole
+    return start
+
+
+def _check_limit(name: str, value: object, *, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum:,} or None (no limit), got {value!r}")
+
+
+def _line_count(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and data[-1] != _NL else 0)
+
+
+def _encode(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise InvalidMessageError(
+            f"a tool output to truncate must be a str, got {type(text).__name__}", field="content"
+        )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            f"the tool output holds a lone UTF-16 surrogate at index {exc.start}, which UTF-8 cannot encode; "
+            "decode it with errors='replace' first",
+            field="content",
+        ) from None
+
+
+def _clean_tool_name(name: str | None) -> str | None:
+    if not name:
+        return None
+    cleaned = _TOOL_NAME_CHARS.sub("_", name)[:_MAX_TOOL_NAME]
+    return cleaned or None

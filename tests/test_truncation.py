@@ -1,0 +1,470 @@
+"""Ingest truncation: limits on the whole preview, verbatim ends, honest markers, stored originals."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentcontext.artifacts import ArtifactRef, FileArtifactStore, MemoryArtifactStore
+from agentcontext.exceptions import ConfigError, InvalidMessageError
+from agentcontext.messages import ImagePart, Message, TextPart
+from agentcontext.tokens._base import TokenCounter
+from agentcontext.truncation import ObservationTruncator, TruncationResult, truncate_message
+
+try:
+    from agentcontext.tokens import TiktokenCounter  # type: ignore[attr-defined]
+except ImportError:  # the package's re-export may land after this module
+    from agentcontext.tokens._tiktoken import TiktokenCounter
+
+COUNTER = TiktokenCounter("o200k_base")
+
+
+class RecordingCounter:
+    """The real tiktoken counter, recording the length of every text it counts."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    @property
+    def name(self) -> str:
+        return "recording:" + COUNTER.name
+
+    def count_text(self, text: str) -> int:
+        self.lengths.append(len(text))
+        return COUNTER.count_text(text)
+
+    def count_message(self, message: Message) -> int:
+        return COUNTER.count_message(message)
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        return COUNTER.count_messages(messages)
+
+
+def lines_of(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def numbered(n: int, width: int = 0) -> str:
+    return "".join(f"line {i:05d} {'x' * width}\n" for i in range(n))
+
+
+def check_result(text: str, result: TruncationResult, truncator: ObservationTruncator) -> None:
+    """Every invariant a truncation promises, for any input and configuration."""
+    nbytes, nlines = len(text.encode("utf-8")), lines_of(text)
+    ntokens = truncator.counter.count_text(text) if truncator.counter is not None else None
+    over_lines = truncator.max_lines is not None and nlines > truncator.max_lines
+    over_bytes = truncator.max_bytes is not None and nbytes > truncator.max_bytes
+    over_tokens = truncator.max_tokens is not None and ntokens is not None and ntokens > truncator.max_tokens
+    assert (result.original_lines, result.original_bytes, result.original_tokens) == (nlines, nbytes, ntokens)
+    if not (over_lines or over_bytes or over_tokens):
+        assert not result.truncated and result.preview is text and result.ref is None and result.marker == ""
+        return
+    preview = result.preview
+    assert result.truncated
+    # The reported sizes are the preview's, and the preview respects every limit.
+    assert result.kept_bytes == len(preview.encode("utf-8"))
+    assert result.kept_lines == lines_of(preview)
+    if truncator.max_lines is not None:
+        assert result.kept_lines <= truncator.max_lines
+    if truncator.max_bytes is not None:
+        assert result.kept_bytes <= truncator.max_bytes
+    if truncator.counter is not None:
+        assert result.kept_tokens == truncator.counter.count_text(preview)
+    if truncator.max_tokens is not None:
+        assert result.kept_tokens is not None and result.kept_tokens <= truncator.max_tokens
+    # Smaller than the input in whatever measure the input was over.
+    assert (
+        (over_lines and result.kept_lines < nlines)
+        or (over_bytes and result.kept_bytes < nbytes)
+        or over_tokens
+    )
+    # Head and tail are verbatim, in order, disjoint; the marker alone sits between them.
+    head = text[: result.head_chars]
+    tail = text[len(text) - result.tail_chars :] if result.tail_chars else ""
+    assert result.head_chars + result.tail_chars < len(text)
+    assert preview.startswith(head) and preview.endswith(tail)
+    middle = preview[len(head) : len(preview) - len(tail)]
+    assert middle in {
+        result.marker,
+        "\n" + result.marker,
+        result.marker + "\n",
+        "\n" + result.marker + "\n",
+    }
+    assert "\n" not in result.marker
+    if truncator.direction == "head":
+        assert result.tail_chars == 0
+    if truncator.direction == "tail":
+        assert result.head_chars == 0
+    # Never split a "\r\n" pair.
+    assert not (head.endswith("\r") and text[len(head)] == "\n")
+    assert not (tail.startswith("\n") and text[len(text) - len(tail) - 1] == "\r")
+    # The marker tells the truth about what is missing.
+    omitted_bytes = nbytes - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    assert result.omitted_bytes == omitted_bytes
+    assert f"{omitted_bytes:,} byte" in result.marker
+    if result.omitted_lines:
+        assert f"{result.omitted_lines:,} line" in result.marker
+    if truncator.counter is not None:
+        assert f"about {result.omitted_tokens:,} tokens" in result.marker
+    # The whole original is kept, under its content hash.
+    if truncator.store is not None:
+        assert result.ref == ArtifactRef.of(text)
+        assert str(result.ref) in result.marker
+        assert truncator.store.get(result.ref) == text
+    else:
+        assert result.ref is None and "not kept" in result.marker
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_lines": 0}, "max_lines"),
+        ({"max_lines": -5}, "max_lines"),
+        ({"max_lines": True}, "max_lines"),
+        ({"max_lines": 2.5}, "max_lines"),
+        ({"max_bytes": 100}, "max_bytes must be an int >= 1,024"),
+        ({"max_tokens": 1000}, "needs a counter"),
+        ({"max_tokens": 10, "counter": COUNTER}, "max_tokens"),
+        ({"max_lines": None, "max_bytes": None}, "at least one limit"),
+        ({"direction": "middle"}, "direction"),
+        ({"head_share": -0.1}, "head_share"),
+        ({"head_share": 1.5}, "head_share"),
+        ({"head_share": math.nan}, "head_share"),
+        ({"head_share": True}, "head_share"),
+        ({"store": object()}, "ArtifactStore"),
+        ({"counter": object()}, "TokenCounter"),
+    ],
+)
+def test_bad_options_are_config_errors(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ObservationTruncator(**options)  # type: ignore[arg-type]
+
+
+def test_defaults() -> None:
+    t = ObservationTruncator()
+    assert (t.max_lines, t.max_bytes, t.max_tokens, t.direction, t.head_share) == (
+        2000,
+        51200,
+        None,
+        "head_tail",
+        0.3,
+    )
+    assert t.store is None and t.counter is None
+
+
+def test_construction_and_small_outputs_touch_no_disk(tmp_path: Path) -> None:
+    root = tmp_path / "tool-output"
+    t = ObservationTruncator(store=FileArtifactStore(root))
+    result = t.truncate("fits easily\n" * 10)
+    assert not result.truncated
+    assert not root.exists()  # seed 000 created ./tool-output in every agent's constructor
+
+
+def test_bad_text_is_an_invalid_message_error() -> None:
+    t = ObservationTruncator()
+    with pytest.raises(InvalidMessageError, match="surrogate"):
+        t.truncate("x\udc80y")
+    with pytest.raises(InvalidMessageError, match="must be a str"):
+        t.truncate(b"bytes")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- seed 000's bugs, fixed
+
+
+def test_a_single_huge_line_is_cut_inside_the_line_to_the_byte_limit() -> None:
+    # Seed 000 cut by lines only: a 1 MB single line passed whole.
+    store = MemoryArtifactStore()
+    t = ObservationTruncator(max_bytes=4096, store=store)
+    text = "中" * 400_000  # 1.2 MB, one line, 3 bytes per character
+    result = t.truncate(text)
+    check_result(text, result, t)
+    assert result.kept_bytes <= 4096 and result.kept_bytes > 3500
+    assert result.kept_lines == 3 and result.omitted_lines == 0  # the one line is cut in its middle
+    assert "1,200,000 bytes" not in result.marker and "lines" not in result.marker
+
+
+def test_head_tail_never_duplicates_lines() -> None:
+    # Seed 000: head_tail on 1,500 lines (byte-triggered) kept lines[:1000] + lines[-1000:].
+    text = numbered(1500, width=40)
+    t = ObservationTruncator(max_lines=2000, max_bytes=10 * 1024)
+    result = t.truncate(text)
+    check_result(text, result, t)
+    shown = [line for line in result.preview.splitlines() if line.startswith("line ")]
+    assert len(shown) == len(set(shown))
+    assert result.kept_bytes < len(text)
+
+
+@pytest.mark.parametrize("direction", ["head", "tail", "head_tail"])
+def test_every_direction_marks_the_cut_and_gives_the_reference(direction: str) -> None:
+    store = MemoryArtifactStore()
+    t = ObservationTruncator(max_lines=50, direction=direction, store=store)  # type: ignore[arg-type]
+    text = numbered(500)
+    result = t.truncate(text, tool_name="cat")
+    check_result(text, result, t)
+    assert re.fullmatch(
+        r"\[\.\.\. 451 lines, [\d,]+ bytes of `cat` output omitted; full output: artifact:sha256:[0-9a-f]{64} "
+        r"\(pass this reference to the recall tool to read it\) \.\.\.\]",
+        result.marker,
+    )
+    assert result.kept_lines == 50 and result.omitted_lines == 451
+    assert result.ref is not None and store.get(result.ref) == text
+
+
+def test_head_tail_splits_by_head_share() -> None:
+    t = ObservationTruncator(max_lines=101, head_share=0.3)
+    result = t.truncate(numbered(1000))
+    head, _, tail = result.preview.partition(result.marker)
+    assert (lines_of(head), lines_of(tail.removeprefix("\n"))) == (30, 70)
+    assert head.startswith("line 00000") and tail.endswith("line 00999 \n")
+
+
+def test_budget_a_short_head_leaves_unused_goes_to_the_tail() -> None:
+    # Ten short lines, then long ones: the head is line-limited, so its unused bytes serve the tail.
+    text = numbered(10) + numbered(2000, width=200)
+    t = ObservationTruncator(max_lines=21, max_bytes=20 * 1024, head_share=0.5)
+    result = t.truncate(text)
+    check_result(text, result, t)
+    assert result.kept_lines == 21
+
+
+def test_tool_names_never_reach_the_file_system(tmp_path: Path) -> None:
+    root = tmp_path / "artifacts"
+    t = ObservationTruncator(max_lines=10, store=FileArtifactStore(root))
+    result = t.truncate(numbered(100), tool_name="../../etc/passwd\n[evil]")
+    assert result.ref is not None
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files == [root / result.ref.digest[:2] / result.ref.digest]
+    assert "`.._.._etc_passwd__evil_` output" in result.marker
+    assert "\n" not in result.marker
+
+
+def test_identical_outputs_share_one_artifact_and_different_ones_never_collide(tmp_path: Path) -> None:
+    store = FileArtifactStore(tmp_path)
+    t = ObservationTruncator(max_lines=5, store=store)
+    a1, a2 = t.truncate(numbered(50)), t.truncate(numbered(50))
+    b = t.truncate(numbered(51))
+    assert a1.ref == a2.ref != b.ref
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 2
+
+
+def test_without_a_store_the_marker_says_the_output_was_not_kept() -> None:
+    t = ObservationTruncator(max_lines=10)
+    result = t.truncate(numbered(100), tool_name="ls")
+    assert result.ref is None
+    assert (
+        result.marker
+        == "[... 91 lines, 1,092 bytes of `ls` output omitted; the full output was not kept ...]"
+    )
+
+
+# ----------------------------------------------------------------------------- cut placement
+
+
+def test_byte_cuts_snap_to_a_nearby_line_break() -> None:
+    text = numbered(1000, width=60)  # 72-byte lines: a byte cut lands mid-line
+    for direction in ("head", "tail", "head_tail"):
+        t = ObservationTruncator(max_bytes=8000, direction=direction)  # type: ignore[arg-type]
+        result = t.truncate(text)
+        check_result(text, result, t)
+        head = text[: result.head_chars]
+        tail = text[len(text) - result.tail_chars :]
+        assert head == "" or head.endswith("\n"), direction
+        assert tail == "" or text[len(text) - len(tail) - 1] == "\n", direction
+        assert result.kept_bytes > 8000 - 300, direction  # snapping costs at most one line per side
+
+
+def test_crlf_pairs_are_never_split() -> None:
+    text = "\r\n".join("y" * 997 for _ in range(50))
+    for max_bytes in range(1024, 1100):
+        t = ObservationTruncator(max_bytes=max_bytes, direction="head")
+        check_result(text, t.truncate(text), t)
+
+
+@pytest.mark.parametrize("direction", ["head", "tail", "head_tail"])
+def test_multibyte_characters_are_never_split(direction: str) -> None:
+    text = "a👩‍💻é中" * 5000
+    for max_bytes in (1024, 1025, 1026, 1027, 2000, 2001):
+        t = ObservationTruncator(max_bytes=max_bytes, direction=direction)  # type: ignore[arg-type]
+        result = t.truncate(text)
+        check_result(
+            text, result, t
+        )  # kept_bytes is computed on the str, so the cut is at a character boundary
+
+
+# ----------------------------------------------------------------------------- tokens
+
+
+def test_token_limit_with_real_tiktoken() -> None:
+    store = MemoryArtifactStore()
+    t = ObservationTruncator(max_lines=None, max_bytes=None, max_tokens=1000, counter=COUNTER, store=store)
+    text = "".join(f"{i}: error: undefined reference to `symbol_{i}` in 中文模块\n" for i in range(20_000))
+    result = t.truncate(text, tool_name="make")
+    check_result(text, result, t)
+    assert result.kept_tokens is not None and 900 <= result.kept_tokens <= 1000
+    assert result.omitted_tokens is not None and result.original_tokens is not None
+    assert result.omitted_tokens > 0.99 * result.original_tokens
+
+
+def test_token_search_counts_preview_sized_texts_a_logarithmic_number_of_times() -> None:
+    counter = RecordingCounter()
+    t = ObservationTruncator(max_lines=None, max_bytes=None, max_tokens=2000, counter=counter)
+    text = "".join(f"row {i}: value={i * 7919 % 1000} ok\n" for i in range(100_000))  # ~2.5 MB
+    result = t.truncate(text)
+    first, rest = counter.lengths[0], counter.lengths[1:]
+    check_result(text, result, t)
+    assert first == len(text)  # the input itself is tokenized once
+    assert max(rest) < len(text) / 50  # every other count is of a preview-sized text
+    assert len(rest) <= 3 * (math.log2(len(text)) + 2)
+
+
+def test_counter_without_a_token_limit_only_reports_tokens() -> None:
+    t = ObservationTruncator(max_lines=10, counter=COUNTER)
+    text = numbered(100)
+    result = t.truncate(text)
+    check_result(text, result, t)
+    assert result.original_tokens == COUNTER.count_text(text)
+    assert result.kept_tokens == COUNTER.count_text(result.preview)
+
+
+def test_a_token_limit_the_marker_alone_exceeds_is_reported() -> None:
+    class Expensive:
+        """Counts two tokens per character: the marker alone is over 256."""
+
+        name = "two-per-char"
+
+        def count_text(self, text: str) -> int:
+            return 2 * len(text)
+
+        def count_message(self, message: Message) -> int:
+            return len(message.text)
+
+        def count_messages(self, messages: Sequence[Message]) -> int:
+            return sum(len(m.text) for m in messages)
+
+    counter: TokenCounter = Expensive()
+    t = ObservationTruncator(max_tokens=256, counter=counter, store=MemoryArtifactStore())
+    with pytest.raises(ConfigError, match="too small"):
+        t.truncate("z" * 5000)
+
+
+# ----------------------------------------------------------------------------- properties
+
+LINE = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n"), max_size=40),
+    st.text(alphabet="ab中文🎉\r é", max_size=20),
+    st.builds(lambda c, k: c * k, st.sampled_from(["x", "中", "😀", "ab\r"]), st.integers(0, 3000)),
+)
+TEXT = st.builds(
+    lambda lines, reps, end: ("\n".join(lines) * reps) + end,
+    st.lists(LINE, max_size=40),
+    st.integers(1, 60),
+    st.sampled_from(["", "\n", "\r\n"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=TEXT,
+    max_lines=st.one_of(st.none(), st.integers(1, 80)),
+    max_bytes=st.one_of(st.none(), st.integers(1024, 6000)),
+    direction=st.sampled_from(["head", "tail", "head_tail"]),
+    head_share=st.floats(0.0, 1.0),
+    tool_name=st.one_of(st.none(), st.text(max_size=80)),
+    keep=st.booleans(),
+)
+def test_invariants_hold_for_any_text(
+    text: str,
+    max_lines: int | None,
+    max_bytes: int | None,
+    direction: str,
+    head_share: float,
+    tool_name: str | None,
+    keep: bool,
+) -> None:
+    if max_lines is None and max_bytes is None:
+        max_bytes = 1024
+    t = ObservationTruncator(
+        max_lines=max_lines,
+        max_bytes=max_bytes,
+        direction=direction,  # type: ignore[arg-type]
+        head_share=head_share,
+        store=MemoryArtifactStore() if keep else None,
+    )
+    check_result(text, t.truncate(text, tool_name=tool_name), t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=TEXT,
+    max_tokens=st.integers(256, 1500),
+    max_lines=st.one_of(st.none(), st.integers(1, 80)),
+    direction=st.sampled_from(["head", "tail", "head_tail"]),
+)
+def test_invariants_hold_with_a_token_limit(
+    text: str, max_tokens: int, max_lines: int | None, direction: str
+) -> None:
+    t = ObservationTruncator(
+        max_lines=max_lines,
+        max_bytes=None,
+        max_tokens=max_tokens,
+        counter=COUNTER,
+        direction=direction,  # type: ignore[arg-type]
+        store=MemoryArtifactStore(),
+    )
+    check_result(text, t.truncate(text, tool_name="grep"), t)
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def test_truncate_message_replaces_string_content_and_records_metadata() -> None:
+    store = MemoryArtifactStore()
+    t = ObservationTruncator(max_lines=10, store=store, counter=COUNTER)
+    original = Message(
+        role="tool", tool_call_id="call_1", name="ls", content=numbered(100), metadata={"seq": 7}
+    )
+    new, result = truncate_message(original, t)
+    assert result.truncated and new.content == result.preview
+    assert new.id != original.id and new.tool_call_id == "call_1" and new.name == "ls"
+    assert original.content == numbered(100)  # the input is untouched
+    record = new.metadata["truncated"]
+    assert new.metadata["seq"] == 7
+    assert isinstance(record, dict)
+    assert record["ref"] == str(result.ref) and record["original_lines"] == 100 and record["kept_lines"] == 10
+    assert record["original_tokens"] == COUNTER.count_text(numbered(100))
+    json.dumps(dict(new.metadata))  # plain JSON, for the session log
+    assert store.get(str(record["ref"])) == original.text
+
+
+def test_truncate_message_with_parts_keeps_images() -> None:
+    image = ImagePart(url="https://example.invalid/screenshot.png")
+    original = Message(
+        role="tool",
+        tool_call_id="c",
+        content=(TextPart(text=numbered(60)), image, TextPart(text=numbered(60))),
+    )
+    new, result = truncate_message(original, ObservationTruncator(max_lines=20))
+    assert result.original_lines == lines_of(original.text)
+    assert new.content == (TextPart(text=result.preview), image)
+    assert new.text == result.preview
+
+
+def test_truncate_message_leaves_small_results_as_the_same_object() -> None:
+    message = Message(role="tool", tool_call_id="c", content="ok")
+    same, result = truncate_message(message, ObservationTruncator())
+    assert same is message and not result.truncated
+
+
+def test_truncate_message_refuses_other_roles() -> None:
+    with pytest.raises(InvalidMessageError, match="tool results only"):
+        truncate_message(Message(role="user", content="x" * 100_000), ObservationTruncator())
