@@ -23,7 +23,7 @@ try:
 except ImportError:  # the package's re-export may land after this module
     from agentcontext.tokens._tiktoken import TiktokenCounter
 
-COUNTER = TiktokenCounter("o200k_base")
+COUNTER: TokenCounter = TiktokenCounter("o200k_base")
 
 
 class RecordingCounter:
@@ -273,7 +273,7 @@ def test_without_a_store_the_marker_says_the_output_was_not_kept() -> None:
 def test_byte_cuts_snap_to_a_nearby_line_break() -> None:
     text = numbered(1000, width=60)  # 72-byte lines: a byte cut lands mid-line
     for direction in ("head", "tail", "head_tail"):
-        t = ObservationTruncator(max_bytes=8000, direction=direction)  # type: ignore[arg-type]
+        t = ObservationTruncator(max_bytes=8000, direction=direction)
         result = t.truncate(text)
         check_result(text, result, t)
         head = text[: result.head_chars]
