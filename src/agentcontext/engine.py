@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, overload
 
-from .exceptions import ConfigError, ContextOverflowError, SummarizerError
+from .exceptions import ConfigError, ContextOverflowError, InvalidConversationError, SummarizerError
 from .messages import JSONValue, Message
 from .repair import RepairState, repair_messages
 from .strategies._base import Action, CompactionContext, CompactionResult, Strategy, SummaryRequest
@@ -582,6 +582,12 @@ class ContextEngine:
                 base, base_len, base_tokens = st.out, st.out_len, st.out_tokens
                 repair_state = st.repair if commit else st.repair.copy()
         repaired, actions, repair_state = repair_messages(new, repair_state, strict=self.strict)
+        if self.strict and repair_state.pending:
+            pending = ", ".join(repr(c) for c in repair_state.pending)
+            raise InvalidConversationError(
+                f"the conversation ends with tool calls that were never answered ({pending}); append their "
+                "results before preparing, or drop strict=True to have stub results added"
+            )
         processed: list[Message] = []
         for m in repaired:
             if m.role == "tool" and self.truncator is not None and m.metadata.get("agentcontext") is None:

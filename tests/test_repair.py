@@ -1,0 +1,136 @@
+"""Repairs of real-world input, strict mode, and the 63 real conversations in shared/eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentcontext.engine import ContextEngine
+from agentcontext.exceptions import InvalidConversationError
+from agentcontext.formats import openai as oai
+from agentcontext.invariants import check_messages
+from agentcontext.messages import Message, ToolCall
+from agentcontext.repair import repair_messages
+from agentcontext.testing import WordCounter
+
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+
+
+def engine(**kw: object) -> ContextEngine:
+    return ContextEngine(window=100_000, reserve=1000, counter=WordCounter(), truncator=None, **kw)  # type: ignore[arg-type]
+
+
+def call(i: str, name: str = "bash") -> ToolCall:
+    return ToolCall(id=i, name=name, arguments="{}")
+
+
+def test_unanswered_call_gets_a_marked_stub_before_the_next_turn() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call("a"), call("b"))),
+        Message(role="tool", tool_call_id="a", content="ok"),
+        Message(role="user", content="and?"),
+    ]
+    prepared = engine().prepare(msgs)
+    out = list(prepared.messages)
+    assert check_messages(out) == []
+    stub = out[3]
+    assert stub.role == "tool" and stub.tool_call_id == "b" and "no result was recorded" in stub.text
+    assert any(a.kind == "repaired" and "'b'" in a.reason for a in prepared.report.actions)
+
+
+def test_orphan_and_duplicate_results_are_taken_out_and_reported() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="tool", tool_call_id="nobody", content="stray"),
+        Message(role="assistant", tool_calls=(call("a"),)),
+        Message(role="tool", tool_call_id="a", content="first"),
+        Message(role="tool", tool_call_id="a", content="second"),
+        Message(role="assistant", content="done"),
+    ]
+    prepared = engine().prepare(msgs)
+    out = list(prepared.messages)
+    assert check_messages(out) == []
+    assert msgs[1] not in out and msgs[4] not in out
+    reasons = " ".join(a.reason for a in prepared.report.actions)
+    assert "answers no earlier tool call" in reasons and "already answered" in reasons
+
+
+def test_repeated_call_ids_are_renamed_with_their_results() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call("call_0"),)),
+        Message(role="tool", tool_call_id="call_0", content="one"),
+        Message(role="assistant", tool_calls=(call("call_0"),)),
+        Message(role="tool", tool_call_id="call_0", content="two"),
+        Message(role="assistant", content="done"),
+    ]
+    out, actions, _ = repair_messages(msgs)
+    assert check_messages(out) == []
+    assert out[3].tool_calls[0].id == "call_0~2" and out[4].tool_call_id == "call_0~2"
+    assert out[4].text == "two"
+    assert len([a for a in actions if a.kind == "repaired"]) == 2
+
+
+def test_missing_opening_user_message_and_empty_messages() -> None:
+    msgs = [
+        Message(role="system", content="s"),
+        Message(role="assistant", content="hello"),
+        Message(role="user", content=""),
+    ]
+    out = list(engine().prepare(msgs).messages)
+    assert check_messages(out) == []
+    assert out[1].role == "user" and out[1].metadata["agentcontext"]["kind"] == "opener"  # type: ignore[index]
+    assert out[-1].text.strip()
+
+
+def test_strict_mode_refuses_and_names_the_problem() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call("a"),)),
+        Message(role="user", content="?"),
+    ]
+    with pytest.raises(InvalidConversationError, match="never answered"):
+        engine(strict=True).prepare(msgs)
+
+
+def test_pending_calls_at_the_end_are_stubbed_only_in_the_output() -> None:
+    e = engine()
+    msgs = [Message(role="user", content="go"), Message(role="assistant", tool_calls=(call("a"),))]
+    first = list(e.prepare(msgs).messages)
+    assert first[-1].role == "tool" and first[-1].tool_call_id == "a"  # stub
+    msgs = msgs + [
+        Message(role="tool", tool_call_id="a", content="real output"),
+        Message(role="assistant", content="ok"),
+    ]
+    second = e.prepare(msgs)
+    out = list(second.messages)
+    assert second.report.incremental
+    assert [m.text for m in out if m.role == "tool"] == ["real output"]
+    assert check_messages(out) == []
+
+
+def _eval_files() -> list[Path]:
+    return sorted((EVAL / "conversations").glob("*.jsonl"))
+
+
+@pytest.mark.skipif(not EVAL.exists(), reason="shared/eval is not beside this checkout")
+def test_every_real_conversation_is_repaired_to_a_valid_prompt() -> None:
+    manifest = {c["file"]: c for c in json.loads((EVAL / "manifest.json").read_text())["conversations"]}
+    files = _eval_files()
+    assert len(files) == 63
+    for path in files:
+        dicts = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        msgs = oai.to_messages(dicts)
+        out = list(engine().prepare(msgs).messages)
+        assert check_messages(out) == [], path.name
+        oai.from_messages(out)  # accepted by the OpenAI format's validation
+        info = manifest[path.name]
+        problems = (
+            info["unanswered_tool_calls"] + info["orphan_tool_results"] + info["duplicate_tool_call_ids"]
+        )
+        if problems:
+            with pytest.raises(InvalidConversationError):
+                engine(strict=True).prepare(msgs)

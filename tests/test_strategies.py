@@ -1,0 +1,170 @@
+"""Each strategy on its own: what it keeps, what it reports, and its configuration errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentcontext.exceptions import ConfigError, ContextOverflowError
+from agentcontext.invariants import check_messages
+from agentcontext.messages import Message, ToolCall
+from agentcontext.strategies import (
+    CompactionContext,
+    HardTruncate,
+    MaskObservations,
+    SlidingWindow,
+    Tiered,
+    TokenBudget,
+)
+from agentcontext.testing import WordCounter
+
+COUNTER = WordCounter()
+
+
+def ctx(budget: int, target: int | None = None) -> CompactionContext:
+    return CompactionContext(
+        counter=COUNTER, budget=budget, target=target if target is not None else budget // 2
+    )
+
+
+def agent_run(steps: int = 6, output_words: int = 200) -> list[Message]:
+    msgs = [
+        Message(role="system", content="you are an agent"),
+        Message(role="user", content="fix the failing test in parser.py"),
+    ]
+    for i in range(steps):
+        msgs.append(
+            Message(
+                role="assistant",
+                content=f"step {i}",
+                tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"cmd": f"run {i}"})),),
+            )
+        )
+        msgs.append(Message(role="tool", tool_call_id=f"c{i}", content=" ".join(["out"] * output_words)))
+    msgs.append(Message(role="assistant", content="done"))
+    return msgs
+
+
+def test_token_budget_keeps_a_contiguous_valid_suffix_with_goal_and_system() -> None:
+    msgs = agent_run()
+    result = TokenBudget().compact(msgs, ctx(budget=1000, target=500))
+    out = list(result.messages)
+    assert result.tokens <= 500
+    assert out[0] == msgs[0] and out[1] == msgs[1]  # system prompt and the goal
+    assert check_messages(out) == []
+    # After the note, the kept messages are one contiguous run that ends with the conversation.
+    kept = [m for m in out[3:]]
+    start = msgs.index(kept[0])
+    assert kept == msgs[start:]
+    (action,) = result.actions
+    assert action.kind == "dropped"
+    assert set(action.message_ids) == {m.id for m in msgs[2:start]}
+    assert out[2].metadata["agentcontext"]["kind"] == "elision"  # type: ignore[index]
+
+
+def test_token_budget_is_a_no_op_within_budget() -> None:
+    msgs = agent_run(steps=1, output_words=5)
+    result = TokenBudget().compact(msgs, ctx(budget=10_000))
+    assert list(result.messages) == msgs and not result.actions
+
+
+def test_token_budget_never_separates_a_call_from_its_results() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(ToolCall(id="a", name="x"), ToolCall(id="b", name="y"))),
+        Message(role="tool", tool_call_id="a", content="1 " * 300),
+        Message(role="tool", tool_call_id="b", content="2 " * 10),
+        Message(role="assistant", content="ok"),
+    ]
+    for budget in range(20, 700, 37):
+        out = list(TokenBudget().compact(msgs, ctx(budget=budget * 2, target=budget)).messages)
+        assert check_messages(out) == []
+
+
+def test_sliding_window_by_messages_and_rounds() -> None:
+    msgs = agent_run(steps=10, output_words=3)
+    out = list(SlidingWindow(keep_last_messages=4).compact(msgs, ctx(10_000)).messages)
+    assert out[-1] == msgs[-1] and check_messages(out) == []
+    assert msgs[0] in out and msgs[1] in out
+    chat = [Message(role="user" if i % 2 == 0 else "assistant", content=f"m{i}") for i in range(12)]
+    out = list(SlidingWindow(keep_last_rounds=2).compact(chat, ctx(10_000)).messages)
+    assert out[-4:] == chat[-4:]
+    assert out[0] == chat[0]  # the goal is pinned
+    with pytest.raises(ConfigError, match="not both"):
+        SlidingWindow(keep_last_messages=3, keep_last_rounds=2)
+    with pytest.raises(ConfigError, match="at least 1"):
+        SlidingWindow(keep_last_rounds=0)
+
+
+def test_masking_replaces_old_results_with_a_placeholder_naming_tool_size_and_ref() -> None:
+    msgs = agent_run(steps=6, output_words=200)
+    result = MaskObservations(keep_recent=2, clear_at_least=0).compact(msgs, ctx(budget=2000, target=600))
+    out = list(result.messages)
+    tools = [m for m in out if m.role == "tool"]
+    masked = [m for m in tools if m.metadata.get("agentcontext")]
+    assert tools[-2:] == [m for m in msgs if m.role == "tool"][-2:]  # the newest two are intact
+    assert masked, "old results should be masked"
+    for m in masked:
+        assert "bash" in m.text and "tokens" in m.text and "message:" in m.text
+    assert {a.kind for a in result.actions} == {"masked"}
+    assert check_messages(out) == []
+
+
+def test_masking_respects_protected_tools_and_clear_at_least() -> None:
+    msgs = agent_run(steps=6, output_words=200)
+    protected = MaskObservations(keep_recent=0, clear_at_least=0, protected_tools=frozenset({"bash"}))
+    assert not protected.compact(msgs, ctx(2000, 100)).actions
+    stingy = MaskObservations(keep_recent=0, clear_at_least=100_000)
+    result = stingy.compact(msgs, ctx(2000, 100))
+    assert not result.actions and "clear_at_least" in result.note
+    assert list(result.messages) == msgs
+
+
+def test_masking_shortens_old_arguments_and_keeps_them_valid_json() -> None:
+    msgs = [Message(role="user", content="write it")]
+    for i in range(3):
+        big = json.dumps({"path": f"f{i}.py", "content": "x = 1\n" * 400})
+        msgs.append(
+            Message(role="assistant", tool_calls=(ToolCall(id=f"w{i}", name="write", arguments=big),))
+        )
+        msgs.append(Message(role="tool", tool_call_id=f"w{i}", content="ok"))
+    result = MaskObservations(
+        keep_recent=1, clear_at_least=0, min_tokens=0, shorten_arguments_over=100
+    ).compact(msgs, ctx(200, 10))
+    shortened = [a for a in result.actions if a.kind == "arguments_shortened"]
+    assert shortened
+    for m in result.messages:
+        for call in m.tool_calls:
+            parsed = json.loads(call.arguments)
+            assert parsed["path"].startswith("f")
+
+
+def test_hard_truncate_fits_keeps_essentials_and_raises_with_numbers() -> None:
+    msgs = agent_run(steps=8, output_words=400)
+    result = HardTruncate().compact(msgs, ctx(budget=600, target=300))
+    out = list(result.messages)
+    assert COUNTER.count_messages(out) <= 600
+    assert msgs[0] in out and msgs[1] in out
+    assert check_messages(out) == []
+    huge_user = [Message(role="system", content="s"), Message(role="user", content="w " * 2000)]
+    with pytest.raises(ContextOverflowError) as info:
+        HardTruncate().compact(huge_user, ctx(budget=500, target=250))
+    assert info.value.required > info.value.budget == 500
+
+
+def test_tiered_stops_at_the_first_tier_that_reaches_the_target() -> None:
+    msgs = agent_run(steps=6, output_words=200)
+    pipeline = Tiered(tiers=(MaskObservations(keep_recent=1, clear_at_least=0), TokenBudget()))
+    assert COUNTER.count_messages(msgs) > 800
+    result = pipeline.flow(msgs, ctx(budget=4000, target=800))
+    try:
+        next(result)
+    except StopIteration as stop:
+        final = stop.value
+    else:  # pragma: no cover
+        raise AssertionError("pure tiers never yield")
+    assert final.tokens <= 800
+    assert {a.kind for a in final.actions} == {"masked"}  # masking alone was enough
+    with pytest.raises(ConfigError):
+        Tiered(tiers=())
