@@ -259,6 +259,12 @@ def failure_rates(cases: int) -> dict[str, dict[str, dict[str, int]]]:
     return results
 
 
+def fmt(s: float | None) -> str:
+    if s is None:
+        return "not run (>20 s per call)"
+    return f"{s * 1e3:,.1f} ms" if s >= 1e-3 else f"{s * 1e6:,.0f} µs"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -276,11 +282,6 @@ def main() -> None:
         first, step = time_agentcontext(n, steps=200)
         exact = time_trim(n, steps=5, counter=lc_counter_exact, limit_s=20.0) if n <= 10_000 else None
         approx = time_trim(n, steps=5, counter="approximate", limit_s=20.0)
-        fmt = lambda s: (
-            "not run (>20 s per call)"
-            if s is None
-            else (f"{s * 1e3:,.1f} ms" if s >= 1e-3 else f"{s * 1e6:,.0f} µs")
-        )
         print(f"| {n:,} | {fmt(first)} | {fmt(step)} | {fmt(exact)} | {fmt(approx)} |")
     print("\n## Compaction amortized over a replay (prepare before every assistant message)")
     print("| messages | window | model calls | compactions | ms per step |")

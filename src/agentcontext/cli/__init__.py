@@ -16,12 +16,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 
 from ..exceptions import AgentContextError, ContextOverflowError, UsageError
 
-__all__ = ["EXIT_INVALID", "EXIT_UNFIT", "main"]
+__all__ = ["EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -29,7 +30,16 @@ EXIT_USAGE = 2
 EXIT_INVALID = 3
 EXIT_UNFIT = 4
 
-Handler = Callable[[argparse.Namespace, Console, Console], int]
+
+@dataclass(frozen=True)
+class Consoles:
+    """Where a command writes: ``out`` for results, ``err`` for progress and messages."""
+
+    out: Console
+    err: Console
+
+
+Handler = Callable[[argparse.Namespace, Consoles], int]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,14 +76,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     no_color = args.no_color or bool(os.environ.get("NO_COLOR"))
-    out = Console(no_color=no_color, highlight=False, soft_wrap=True)
-    err = Console(stderr=True, no_color=no_color, highlight=False, soft_wrap=True)
+    # Off a terminal rich assumes 80 columns and truncates table cells; logs and pipes get room.
+    width = None if sys.stdout.isatty() else 200
+    out = Console(no_color=no_color, highlight=False, soft_wrap=True, width=width)
+    err = Console(stderr=True, no_color=no_color, highlight=False, soft_wrap=True, width=width)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return handler(args, out, err)
+        return handler(args, Consoles(out=out, err=err))
     except ContextOverflowError as exc:
         _fail(err, args, f"does not fit: {exc}")
         return EXIT_UNFIT

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from .. import models
 from ..messages import tool_call_index, tool_name_for
+from . import Consoles
 from ._io import InputError, read_conversation
 
 HELP = """Count the tokens of a conversation (OpenAI format, JSON or JSON Lines) or of a plain text file,
@@ -50,7 +50,7 @@ def _is_conversation(path: str) -> bool:
     return head in ("[", "{")
 
 
-def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+def run(args: argparse.Namespace, io: Consoles) -> int:
     """Count and print."""
     spec = models.get(args.model)
     counter = models.counter_for(spec)
@@ -68,9 +68,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             "tokens": tokens,
         }
         if args.json:
-            out.print(json.dumps(result), markup=False)
+            io.out.print(json.dumps(result), markup=False)
         else:
-            out.print(f"{args.file}: {tokens:,} tokens ({spec.name}, {counter.name})", markup=False)
+            io.out.print(f"{args.file}: {tokens:,} tokens ({spec.name}, {counter.name})", markup=False)
         return 0
     conv = read_conversation(args.file)
     msgs = conv.messages
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         ],
     }
     if args.json:
-        out.print(json.dumps(result, ensure_ascii=False), markup=False)
+        io.out.print(json.dumps(result, ensure_ascii=False), markup=False)
         return 0
     table = Table(title=f"{conv.source}: {total:,} tokens for {spec.name} ({counter.name})")
     table.add_column("role / tool")
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         table.add_row(role, f"{count:,}", f"{tokens:,}", f"{tokens / total:.0%}")
     for tool, (count, tokens) in sorted(by_tool.items(), key=lambda kv: -kv[1][1]):
         table.add_row(f"  tool: {tool}", f"{count:,}", f"{tokens:,}", f"{tokens / total:.0%}")
-    out.print(table)
-    out.print(
+    io.out.print(table)
+    io.out.print(
         f"{len(msgs):,} messages, {total:,} tokens: {total / spec.context_window:.1%} of {spec.name}'s "
         f"{spec.context_window:,}-token window.",
         markup=False,

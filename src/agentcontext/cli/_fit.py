@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from . import Consoles
 from ._common import add_model_options, engine_from
 from ._io import read_conversation, write_conversation
 
@@ -45,7 +44,7 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+def run(args: argparse.Namespace, io: Consoles) -> int:
     """Prepare the conversation and write it out."""
     conversation = read_conversation(args.conversation)
     engine = engine_from(args, strict=args.strict)
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     for a in report.actions:
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no changes"
-    err.print(
+    io.err.print(
         f"{conversation.source}: {report.tokens_before:,} -> {report.tokens_after:,} tokens "
         f"(budget {report.budget:,}, level {report.level.label}): {summary}",
         markup=False,

@@ -10,7 +10,7 @@ from typing import Literal, TextIO
 
 from ..exceptions import InvalidMessageError, UsageError
 from ..formats import openai as oai
-from ..messages import JSONValue, Message
+from ..messages import Message
 
 __all__ = ["Conversation", "InputError", "read_conversation", "write_conversation"]
 
@@ -111,7 +111,7 @@ def read_conversation(path: str) -> Conversation:
 
 def write_conversation(messages: Sequence[Message], layout: Layout, out: TextIO) -> None:
     """Write ``messages`` in OpenAI format, as a JSON array or JSON Lines."""
-    dicts: list[JSONValue] = [dict(d) for d in oai.from_messages(list(messages), validate=False)]  # type: ignore[misc]
+    dicts = oai.from_messages(list(messages), validate=False)
     if layout == "jsonl":
         for d in dicts:
             out.write(json.dumps(d, ensure_ascii=False) + "\n")

@@ -7,10 +7,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from .. import models
+from . import Consoles
 
 HELP = """List the models agentcontext knows: context window, output limit, tokenizer and prices
 (USD per million tokens). Versioned names resolve to their family (gpt-4o-2024-08-06 -> gpt-4o).
@@ -34,7 +34,7 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+def run(args: argparse.Namespace, io: Consoles) -> int:
     """Print the registry."""
     specs = [s for s in models.all_models() if args.provider is None or s.provider == args.provider]
     if args.json:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             }
             for s in specs
         ]
-        out.print(json.dumps(rows), markup=False)
+        io.out.print(json.dumps(rows), markup=False)
         return 0
     table = Table(title=f"{len(specs)} models (prices in USD per million tokens)")
     for col, justify in (
@@ -77,5 +77,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             _price(s.cached_input_price),
             _price(s.output_price),
         )
-    out.print(table)
+    io.out.print(table)
     return 0
