@@ -1,13 +1,30 @@
-"""The `TokenCounter` protocol every counter implements."""
+"""The `TokenCounter` protocol, and `BaseTokenCounter`: the per-message logic every counter shares.
+
+A concrete counter only says how many tokens a piece of text has (``_count``).
+`BaseTokenCounter` adds everything else a provider bills for a message: the
+chat format's framing tokens, the role, the name, tool-call names and
+arguments, images, and the reply priming, plus a bounded cache of per-message
+counts keyed by message id.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..messages import Message
+from ..exceptions import ConfigError, InvalidMessageError, UsageError
+from ..messages import ImagePart, JSONValue, Message
+from ._images import ImageProvider, image_tokens
+from ._tools import render_tools
 
-__all__ = ["TokenCounter"]
+__all__ = ["DEFAULT_CACHE_SIZE", "BaseTokenCounter", "ChatFormat", "CounterStats", "TokenCounter"]
+
+DEFAULT_CACHE_SIZE = 65_536
+"""Per-message counts a counter keeps by default (a few MB of memory)."""
 
 
 @runtime_checkable
@@ -36,3 +53,331 @@ class TokenCounter(Protocol):
     def count_messages(self, messages: Sequence[Message]) -> int:
         """Tokens a whole prompt of ``messages`` costs, reply priming included."""
         ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatFormat:
+    """How a provider frames messages, tool calls and tools, in tokens, and how it bills images.
+
+    The defaults are OpenAI's Chat Completions format (GPT-4o, GPT-4.1, GPT-4,
+    GPT-3.5), from OpenAI's cookbook "How to count tokens with tiktoken" for
+    text messages (exact for plain text) and from measurements published by
+    others for tool calls (an estimate: the framing of tool calls is not
+    documented). Each message also pays for its role, counted as text (one token
+    in OpenAI's encodings).
+    """
+
+    per_message: int = 3
+    """Framing tokens around every message (``<|start|>``, ``<|message|>``, ``<|end|>``)."""
+    per_name: int = 1
+    """Extra tokens when a message carries a ``name`` (the name itself is counted as text)."""
+    reply_priming: int = 3
+    """Tokens that prime the reply (``<|start|>assistant<|message|>``), once per prompt."""
+    per_tool_call: int = 7
+    """Framing of one tool call, on top of its name and arguments counted as text.
+
+    OpenAI renders a call as a message addressed to ``functions.<name>``; an
+    assistant message with one call to ``get_current_weather`` and its result
+    measured 35 prompt tokens on gpt-4, which puts the framing at 5 tokens. We
+    count 7 to stay on the safe side for newer models.
+    """
+    parallel_tool_calls: int = 10
+    """Extra tokens once per message that issues two calls or more (OpenAI wraps them in one
+    ``multi_tool_use.parallel`` call); measured at about 15 for two calls on gpt-4-1106, growing slowly."""
+    tools_preamble: int = 9
+    """Fixed tokens added when tool definitions are sent, on top of their rendering (see `count_tools`).
+
+    OpenAI: 9 (4 fewer when a system message is present; we keep the higher figure).
+    Anthropic adds a tool-use system prompt of a few hundred tokens instead (346 on
+    recent Claude models with ``tool_choice`` auto); set it here for those models.
+    """
+    image_provider: ImageProvider = "openai"
+    """Whose image rule `image_tokens` applies: ``"openai"``, ``"anthropic"`` or ``"gemini"``."""
+
+    def __post_init__(self) -> None:
+        for field_name in (
+            "per_message",
+            "per_name",
+            "reply_priming",
+            "per_tool_call",
+            "parallel_tool_calls",
+        ):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"ChatFormat.{field_name} must be an int >= 0, got {value!r}")
+        if not isinstance(self.tools_preamble, int) or self.tools_preamble < 0:
+            raise ConfigError(f"ChatFormat.tools_preamble must be an int >= 0, got {self.tools_preamble!r}")
+        if self.image_provider not in ("openai", "anthropic", "gemini"):
+            raise ConfigError(
+                f"ChatFormat.image_provider must be 'openai', 'anthropic' or 'gemini', got {self.image_provider!r}"
+            )
+
+
+OPENAI_CHAT = ChatFormat()
+"""OpenAI's Chat Completions framing (the default)."""
+
+CHATML = ChatFormat(per_message=4, per_tool_call=12)
+"""ChatML-style templates of open models (Qwen, DeepSeek, Yi; Llama 3's header tokens cost the same).
+
+``<|im_start|>`` role ``\\n`` content ``<|im_end|>`` ``\\n``: 4 framing tokens plus the
+role; reply primed with ``<|im_start|>assistant\\n``; a tool call is a
+``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`` block (about 12
+tokens around the name and arguments).
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CounterStats:
+    """A snapshot of a counter's work, for tests, benchmarks and `engine.stats`."""
+
+    texts_tokenized: int
+    """Calls that actually ran the tokenizer (empty strings and cache hits do not)."""
+    chars_tokenized: int
+    """Characters those calls covered."""
+    cache_hits: int
+    """Messages whose count came from the cache."""
+    cache_misses: int
+    """Messages that had to be counted."""
+    cache_evictions: int
+    """Entries dropped to respect the cache bound."""
+    cache_size: int
+    """Entries in the cache now."""
+    cache_capacity: int
+    """The bound (`cache_size` given to the constructor)."""
+
+
+class BaseTokenCounter(ABC):
+    """Shared logic of every counter: message overheads, tool calls, images, tools and a bounded cache.
+
+    Subclasses implement `name` and ``_count(text)``; nothing else differs
+    between counters.
+
+    Per-message counts are cached by `Message.id` in an LRU cache of at most
+    ``cache_size`` entries. An id names a message's content (see
+    `agentcontext.messages`), so a changed message must carry a new id, which
+    `Message.evolve` gives it. Recounting n cached messages is n dictionary
+    lookups and no tokenizing.
+
+    Thread safety: the cache and the statistics are guarded by one lock, taken
+    once per `count_messages` call (not per message); tokenizing happens outside
+    the lock, so threads sharing a counter only wait for each other on cache
+    bookkeeping. Two threads missing the same message may both count it; the
+    result is the same.
+    """
+
+    def __init__(
+        self, *, chat_format: ChatFormat = OPENAI_CHAT, cache_size: int = DEFAULT_CACHE_SIZE
+    ) -> None:
+        """Set up the cache.
+
+        Args:
+            chat_format: framing and image rules (default: OpenAI Chat Completions).
+            cache_size: most per-message counts kept (default 65,536); 0 disables the cache.
+
+        Raises:
+            ConfigError: ``cache_size`` is negative or not an int, or ``chat_format`` is not a `ChatFormat`.
+        """
+        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
+            raise ConfigError(f"cache_size must be an int >= 0 (0 disables the cache), got {cache_size!r}")
+        if not isinstance(chat_format, ChatFormat):
+            raise ConfigError(f"chat_format must be a ChatFormat, got {type(chat_format).__name__}")
+        self._format = chat_format
+        self._capacity = cache_size
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._roles: dict[str, int] = {}
+        self._texts = 0
+        self._chars = 0
+        self._hits = 0
+        self._misses = 0
+        self._evictions = 0
+
+    # ------------------------------------------------------------------ what subclasses provide
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """A short name for reports, e.g. ``"tiktoken:o200k_base"``."""
+
+    @abstractmethod
+    def _count(self, text: str) -> int:
+        """Tokens in ``text`` (a non-empty str); no bookkeeping."""
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def chat_format(self) -> ChatFormat:
+        """The framing and image rules this counter applies."""
+        return self._format
+
+    def count_text(self, text: str) -> int:
+        """Tokens in ``text``, without any message overhead.
+
+        Text that looks like a special token (``<|endoftext|>``) is counted as
+        ordinary text, as providers do with user content; it never raises.
+
+        Raises:
+            UsageError: ``text`` is not a str.
+        """
+        if not isinstance(text, str):
+            raise UsageError(f"count_text expects a str, got {type(text).__name__}")
+        if not text:
+            return 0
+        # Unlocked increments: under the GIL they can lose an update only when two
+        # threads collide, and these two numbers are statistics, not correctness.
+        self._texts += 1
+        self._chars += len(text)
+        return self._count(text)
+
+    def count_message(self, message: Message) -> int:
+        """Tokens ``message`` costs inside a prompt: framing, role, name, content, tool calls and images.
+
+        Raises:
+            InvalidMessageError: ``message`` is not a `Message`.
+        """
+        if not isinstance(message, Message):
+            raise InvalidMessageError(f"expected a Message, got {type(message).__name__}")
+        with self._lock:
+            cached = self._cache.get(message.id)
+            if cached is not None:
+                self._cache.move_to_end(message.id)
+                self._hits += 1
+                return cached
+            self._misses += 1
+        n = self._compute(message)
+        self._store(((message.id, n),))
+        return n
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens a prompt made of ``messages`` costs: every message plus the reply priming (once).
+
+        Cached messages cost one dictionary lookup each. The result is additive:
+        ``count_messages(a + b) == count_messages(a) + count_messages(b) - reply_priming``.
+
+        Raises:
+            InvalidMessageError: an item is not a `Message` (the error names its index).
+        """
+        if isinstance(messages, Message) or not isinstance(messages, Sequence):
+            raise InvalidMessageError(
+                f"count_messages expects a list of Message, got {type(messages).__name__}"
+            )
+        total = self._format.reply_priming
+        misses: list[Message] = []
+        cache = self._cache
+        bad = False
+        with self._lock:
+            try:
+                for m in messages:
+                    n = cache.get(m.id)
+                    if n is None:
+                        misses.append(m)
+                    else:
+                        cache.move_to_end(m.id)
+                        total += n
+            except (AttributeError, TypeError):
+                bad = True  # reported below, outside the lock
+            else:
+                self._hits += len(messages) - len(misses)
+                self._misses += len(misses)
+        # Only misses need the type check: a hit was stored for a Message's id.
+        if bad or any(not isinstance(m, Message) for m in misses):
+            self._raise_bad_item(messages)
+        if misses:
+            computed = [(m.id, self._compute(m)) for m in misses]
+            total += sum(n for _, n in computed)
+            self._store(computed)
+        return total
+
+    def count_tools(self, tools: Sequence[Mapping[str, JSONValue]]) -> int:
+        """Tokens the ``tools`` parameter of a request costs (0 for no tools).
+
+        The definitions are rendered the way OpenAI shows them to the model (see
+        `agentcontext.tokens.render_tools`) and counted with this counter, plus
+        `ChatFormat.tools_preamble`. Accepts OpenAI (``{"type": "function",
+        "function": {...}}``), bare (``{"name", "description", "parameters"}``)
+        and Anthropic (``input_schema``) shapes. Not cached: tools are usually
+        few and the engine counts them once per request.
+
+        Raises:
+            UsageError: ``tools`` is not a list of tool definitions.
+        """
+        if isinstance(tools, Sequence) and not isinstance(tools, str | bytes) and len(tools) == 0:
+            return 0
+        return self.count_text(render_tools(tools)) + self._format.tools_preamble
+
+    def image_tokens(self, part: ImagePart) -> int:
+        """Tokens one image costs under this counter's `ChatFormat.image_provider` rule."""
+        return image_tokens(part, provider=self._format.image_provider)
+
+    @property
+    def stats(self) -> CounterStats:
+        """Counts of tokenizer calls, cache hits, misses and evictions so far."""
+        with self._lock:
+            return CounterStats(
+                texts_tokenized=self._texts,
+                chars_tokenized=self._chars,
+                cache_hits=self._hits,
+                cache_misses=self._misses,
+                cache_evictions=self._evictions,
+                cache_size=len(self._cache),
+                cache_capacity=self._capacity,
+            )
+
+    def clear_cache(self) -> None:
+        """Forget every cached per-message count (statistics are kept)."""
+        with self._lock:
+            self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, cache_size={self._capacity})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _compute(self, m: Message) -> int:
+        fmt = self._format
+        n = fmt.per_message + self._role_tokens(m.role)
+        content = m.content
+        if isinstance(content, str):
+            n += self.count_text(content)
+        elif content is not None:
+            for part in content:
+                if isinstance(part, ImagePart):
+                    n += image_tokens(part, provider=fmt.image_provider)
+                else:
+                    n += self.count_text(part.text)
+        # A tool result's name is the tool's, already paid for in the call it answers.
+        if m.name is not None and m.role != "tool":
+            n += self.count_text(m.name) + fmt.per_name
+        calls = m.tool_calls
+        if calls:
+            for call in calls:
+                n += fmt.per_tool_call + self.count_text(call.name) + self.count_text(call.arguments)
+            if len(calls) > 1:
+                n += fmt.parallel_tool_calls
+        return n
+
+    def _role_tokens(self, role: str) -> int:
+        n = self._roles.get(role)
+        if n is None:
+            n = self._roles[role] = self._count(role)
+        return n
+
+    def _store(self, items: Sequence[tuple[str, int]]) -> None:
+        if self._capacity == 0:
+            return
+        cache = self._cache
+        with self._lock:
+            for key, n in items:
+                cache[key] = n
+                cache.move_to_end(key)
+            overflow = len(cache) - self._capacity
+            for _ in range(max(overflow, 0)):
+                cache.popitem(last=False)
+            self._evictions += max(overflow, 0)
+
+    @staticmethod
+    def _raise_bad_item(messages: Sequence[Message]) -> None:
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(f"expected a Message, got {type(m).__name__}", index=i)
+        raise InvalidMessageError("messages could not be read as a list of Message")  # pragma: no cover

@@ -1,0 +1,77 @@
+"""`TiktokenCounter`: exact counts for OpenAI models, offline."""
+
+from __future__ import annotations
+
+import tiktoken
+
+from ._base import DEFAULT_CACHE_SIZE, OPENAI_CHAT, BaseTokenCounter, ChatFormat
+from ._encodings import load_encoding
+
+__all__ = ["TiktokenCounter"]
+
+
+class TiktokenCounter(BaseTokenCounter):
+    """Exact token counts with OpenAI's ``o200k_base`` or ``cl100k_base`` encoding.
+
+    The encodings load from rank files shipped inside agentcontext and verified
+    against OpenAI's published SHA-256, so this works on a machine with no
+    network; the ids are exactly tiktoken's. The encoding is built on first use
+    (about 0.3 s) and shared by every counter in the process.
+
+    Text is counted like `tiktoken.Encoding.encode_ordinary`: special-token
+    text such as ``<|endoftext|>`` inside a message is ordinary text, as the
+    providers treat user content, and never raises.
+
+    >>> counter = TiktokenCounter()
+    >>> counter.count_text("hello world")
+    2
+    """
+
+    def __init__(
+        self,
+        encoding: str = "o200k_base",
+        *,
+        chat_format: ChatFormat = OPENAI_CHAT,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        """Create a counter; the encoding itself loads lazily, on the first count.
+
+        Args:
+            encoding: ``"o200k_base"`` (default: GPT-4o, GPT-4.1, GPT-5, o-series)
+                or ``"cl100k_base"`` (GPT-4, GPT-3.5-turbo).
+            chat_format: message framing and image rules (default: OpenAI Chat Completions).
+            cache_size: most per-message counts kept (default 65,536); 0 disables the cache.
+
+        Raises:
+            ConfigError: an unknown encoding or a bad option.
+        """
+        super().__init__(chat_format=chat_format, cache_size=cache_size)
+        from ._encodings import ENCODING_NAMES
+
+        if encoding not in ENCODING_NAMES:
+            load_encoding(encoding)  # raises ConfigError listing the known names
+        self._encoding_name = encoding
+        self._enc: tiktoken.Encoding | None = None
+
+    @property
+    def name(self) -> str:
+        """``"tiktoken:<encoding>"``."""
+        return f"tiktoken:{self._encoding_name}"
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The `tiktoken.Encoding` (loaded on first access)."""
+        enc = self._enc
+        if enc is None:
+            enc = self._enc = load_encoding(self._encoding_name)
+        return enc
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text``, as `tiktoken.Encoding.encode_ordinary` gives them."""
+        return self.encoding.encode_ordinary(text)
+
+    def _count(self, text: str) -> int:
+        enc = self._enc
+        if enc is None:
+            enc = self.encoding
+        return len(enc.encode_ordinary(text))
