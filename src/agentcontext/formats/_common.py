@@ -1,0 +1,103 @@
+"""Helpers both provider formats share: input checks that name the message and field, and chain ids."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from typing import NoReturn
+
+from ..exceptions import InvalidMessageError
+from ..messages import JSONValue
+
+__all__ = ["at", "canonical_json", "fail", "json_value", "only_keys", "type_name"]
+
+
+def type_name(value: object) -> str:
+    """The JSON name of a value's type, for error messages (``null``, ``object``, ``array``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
+
+
+def fail(message: str, *, index: int | None, field: str | None = None) -> NoReturn:
+    """Raise `InvalidMessageError` at ``index``/``field``."""
+    raise InvalidMessageError(message, index=index, field=field)
+
+
+def at(error: InvalidMessageError, *, index: int | None, field: str | None = None) -> InvalidMessageError:
+    """Return ``error`` (raised by a `Message` constructor, which knows no index) placed at ``index``/``field``.
+
+    ``field`` replaces the error's own field when given (a `TextPart` says
+    ``text``; the caller knows it was ``content[2].text``).
+    """
+    text = str(error)
+    if error.index is None and error.field is not None:
+        prefix = f"field {error.field!r}: "
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return InvalidMessageError(text, index=index, field=field or error.field)
+
+
+def only_keys(
+    keys: Iterable[object], allowed: Collection[str], *, index: int | None, field: str | None = None
+) -> None:
+    """Reject keys (of a mapping) agentcontext does not model, so nothing is dropped silently."""
+    for key in keys:
+        if key not in allowed:
+            expected = ", ".join(repr(k) for k in allowed)
+            fail(
+                f"unexpected key {key!r}; agentcontext keeps only {expected} here and will not drop data "
+                "silently: remove the key before converting",
+                index=index,
+                field=field,
+            )
+
+
+def json_value(value: object, *, index: int | None, field: str) -> JSONValue:
+    """Check that ``value`` is plain JSON data and return a deep copy of it (tuples become lists).
+
+    The copy means a message never shares mutable objects with the caller's
+    dicts, in either direction.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [json_value(v, index=index, field=f"{field}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out: dict[str, JSONValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                fail(f"object keys must be strings, got {type_name(key)} ({key!r})", index=index, field=field)
+            out[key] = json_value(item, index=index, field=f"{field}.{key}")
+        return out
+    fail(
+        f"expected JSON data (null, boolean, number, string, array, object), got {type_name(value)}",
+        index=index,
+        field=field,
+    )
+
+
+def canonical_json(value: object) -> str:
+    """Deterministic JSON text of already-checked wire data: the payload of a chain id.
+
+    Keys are sorted so two dicts with the same content give the same id
+    whatever their key order.
+    """
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: object) -> object:
+    # Only reached for Mapping types json does not know (MappingProxyType, TypedDict subclasses...).
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON data: {type(value).__name__}")

@@ -1,0 +1,431 @@
+"""OpenAI Chat Completions messages to and from canonical `Message` objects, losslessly.
+
+>>> from agentcontext.formats import openai as oai
+>>> msgs = oai.to_messages([
+...     {"role": "user", "content": "What is in /tmp?"},
+...     {"role": "assistant", "content": None,
+...      "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+...     {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+... ])
+>>> msgs[1].tool_calls[0].name
+'ls'
+>>> oai.from_messages(msgs)[2]
+{'role': 'tool', 'content': 'a.txt', 'tool_call_id': 'c1'}
+
+What is kept, and how:
+
+- ``content`` keeps its form: a string stays a string, a list of parts stays a
+  tuple of `TextPart`/`ImagePart` (``image_url.detail`` included), ``None``
+  stays ``None``. An assistant message without a ``content`` key reads as
+  ``content: None`` and is written back with it, as the API itself returns it.
+- ``tool_calls`` become `ToolCall` objects with the ``arguments`` text verbatim
+  (even when it is not valid JSON); ``tool_call_id`` and ``name`` (on any role,
+  tool messages included) are kept.
+- Every other top-level key (``refusal``, ``reasoning_content``, ``audio``,
+  ``function_call``...) goes to `Message.extra` and comes back out verbatim. A
+  ``developer`` message becomes a canonical system message with
+  ``extra={"role": "developer"}`` and is written back as ``developer``.
+- Inside content parts and tool calls nothing is dropped: a part type or key
+  agentcontext does not model (``input_audio``, ``file``, ``refusal`` parts,
+  ``cache_control``...) raises `InvalidMessageError` naming the message and the
+  field, rather than vanishing. ``null`` for ``name`` or ``tool_calls`` reads as
+  absent.
+
+Ids: `to_messages` gives each message ``derive_id(previous id, canonical JSON of
+its dict)``, so converting the same list twice gives the same ids and two lists
+share ids exactly as far as they share a prefix. `from_messages` never writes
+ids or `Message.metadata`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal, TypeAlias, cast
+
+from ..exceptions import InvalidMessageError
+from ..invariants import ensure_valid
+from ..messages import ROLES, ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
+from ._common import at, canonical_json, fail, json_value, only_keys, type_name
+from ._wire import ChatMessage
+
+__all__ = ["from_message", "from_messages", "to_message", "to_messages"]
+
+_MODELLED = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+# Which content part types OpenAI accepts in which role (the SDK's *MessageParam
+# types): images only from the user; system, assistant and tool messages take text.
+_PART_TYPES: Mapping[str, frozenset[str]] = {
+    "system": frozenset({"text"}),
+    "user": frozenset({"text", "image_url"}),
+    "assistant": frozenset({"text"}),
+    "tool": frozenset({"text"}),
+}
+_Detail: TypeAlias = Literal["auto", "low", "high"]
+_DETAILS = ("auto", "low", "high")
+
+
+# ----------------------------------------------------------------------------- OpenAI -> canonical
+
+
+def to_messages(dicts: Iterable[Mapping[str, object]]) -> list[Message]:
+    """Convert a list of OpenAI Chat Completions message dicts to canonical messages.
+
+    Args:
+        dicts: the messages, as sent to or returned by the API (JSON-decoded).
+            Not modified.
+
+    Returns:
+        One `Message` per dict, with deterministic chain ids (see the module docstring).
+
+    Raises:
+        InvalidMessageError: a dict is malformed; the error names its index,
+            the field and what was expected.
+    """
+    if isinstance(dicts, str | bytes | Mapping) or not isinstance(dicts, Iterable):
+        raise InvalidMessageError(
+            f"expected a list of message dicts, got {type_name(dicts)}; "
+            "wrap a single message in a list, or call to_message for it"
+        )
+    out: list[Message] = []
+    previous: str | None = None
+    for index, d in enumerate(dicts):
+        message = to_message(d, index=index, previous_id=previous)
+        out.append(message)
+        previous = message.id
+    return out
+
+
+def to_message(
+    d: Mapping[str, object], *, index: int | None = None, previous_id: str | None = None
+) -> Message:
+    """Convert one OpenAI message dict to a canonical message.
+
+    Args:
+        d: the message dict. Not modified.
+        index: its position in the conversation, for error messages.
+        previous_id: the id of the message before it, for the chain id
+            (``None`` for the first message).
+
+    Raises:
+        InvalidMessageError: ``d`` is malformed (see `to_messages`).
+    """
+    if not isinstance(d, Mapping):
+        fail(f"expected a message dict, got {type_name(d)}", index=index)
+    extra: dict[str, JSONValue] = {}
+    role = _role_in(d, index, extra)
+    content = _content_in(d, role, index)
+    tool_calls = _tool_calls_in(d.get("tool_calls"), role, index)
+    tool_call_id = _tool_call_id_in(d, role, index)
+    name = d.get("name")
+    if name is not None and not isinstance(name, str):
+        fail(f"name must be a string, got {type_name(name)}", index=index, field="name")
+    for key, value in d.items():
+        if key in _MODELLED:
+            continue
+        if not isinstance(key, str):
+            fail(f"message keys must be strings, got {type_name(key)} ({key!r})", index=index)
+        extra[key] = json_value(value, index=index, field=key)
+    try:
+        return Message(
+            role=role,
+            content=content,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            name=name,
+            extra=extra,
+            id=derive_id(previous_id, canonical_json(d)),
+        )
+    except InvalidMessageError as e:
+        raise at(e, index=index) from None
+
+
+def _role_in(d: Mapping[str, object], index: int | None, extra: dict[str, JSONValue]) -> Role:
+    if "role" not in d:
+        fail(
+            "missing 'role'; expected 'system', 'developer', 'user', 'assistant' or 'tool'",
+            index=index,
+            field="role",
+        )
+    role = d["role"]
+    if role == "developer":
+        # OpenAI's newer name for system instructions; canonical code treats it as
+        # system, and extra remembers the wire name for the way back.
+        extra["role"] = "developer"
+        return "system"
+    if isinstance(role, str) and role in ROLES:
+        return cast(Role, role)
+    hint = (
+        "; the legacy 'function' role is not supported: send tool messages (tool_call_id) instead"
+        if role == "function"
+        else ""
+    )
+    fail(
+        f"unknown role {role!r}; expected 'system', 'developer', 'user', 'assistant' or 'tool'{hint}",
+        index=index,
+        field="role",
+    )
+
+
+def _content_in(
+    d: Mapping[str, object], role: Role, index: int | None
+) -> str | tuple[ContentPart, ...] | None:
+    value = d.get("content")
+    if isinstance(value, str):
+        return value
+    if value is None:
+        if role == "assistant":
+            return None
+        what = "missing 'content'" if "content" not in d else "content is null"
+        fail(
+            f"{what}, but {role} messages need content: a string or a list of parts (use '' for nothing)",
+            index=index,
+            field="content",
+        )
+    if not isinstance(value, list | tuple):
+        fail(
+            f"content must be a string, a list of parts or null, got {type_name(value)}",
+            index=index,
+            field="content",
+        )
+    allowed = _PART_TYPES[role]
+    parts: list[ContentPart] = []
+    for j, part in enumerate(value):
+        parts.append(_part_in(part, role, allowed, index, f"content[{j}]"))
+    return tuple(parts)
+
+
+def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | None, field: str) -> ContentPart:
+    if not isinstance(part, Mapping):
+        fail(
+            f"a content part must be an object with a 'type', got {type_name(part)}", index=index, field=field
+        )
+    kind = part.get("type")
+    if not isinstance(kind, str) or kind not in allowed:
+        if kind == "image_url":
+            why = f"OpenAI accepts image parts only in user messages, not in {role} ones"
+        else:
+            why = f"unsupported content part type {kind!r}; agentcontext models 'text' parts" + (
+                " and 'image_url' parts" if role == "user" else f" in {role} messages"
+            )
+        fail(why, index=index, field=f"{field}.type")
+    if kind == "text":
+        only_keys(part, ("type", "text"), index=index, field=field)
+        text = part.get("text")
+        if not isinstance(text, str):
+            fail(
+                f"a text part needs 'text' as a string, got {type_name(text)}",
+                index=index,
+                field=f"{field}.text",
+            )
+        try:
+            return TextPart(text=text)
+        except InvalidMessageError as e:
+            raise at(e, index=index, field=f"{field}.text") from None
+    only_keys(part, ("type", "image_url"), index=index, field=field)
+    image = part.get("image_url")
+    if not isinstance(image, Mapping):
+        fail(
+            f"'image_url' must be an object {{'url': ..., 'detail': ...}}, got {type_name(image)}",
+            index=index,
+            field=f"{field}.image_url",
+        )
+    only_keys(image, ("url", "detail"), index=index, field=f"{field}.image_url")
+    url = image.get("url")
+    if not isinstance(url, str):
+        fail(
+            f"'image_url.url' must be a string (https:// or data: URL), got {type_name(url)}",
+            index=index,
+            field=f"{field}.image_url.url",
+        )
+    detail = image.get("detail")
+    if detail is not None and detail not in _DETAILS:
+        fail(
+            f"'detail' must be 'auto', 'low' or 'high', got {detail!r}",
+            index=index,
+            field=f"{field}.image_url.detail",
+        )
+    try:
+        return ImagePart(url=url, detail=cast("_Detail | None", detail))
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=f"{field}.image_url.url") from None
+
+
+def _tool_calls_in(value: object, role: Role, index: int | None) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if role != "assistant":
+        fail(f"only assistant messages carry tool_calls, not {role} ones", index=index, field="tool_calls")
+    if not isinstance(value, list | tuple):
+        fail(f"tool_calls must be a list, got {type_name(value)}", index=index, field="tool_calls")
+    calls: list[ToolCall] = []
+    for k, call in enumerate(value):
+        field = f"tool_calls[{k}]"
+        if not isinstance(call, Mapping):
+            fail(f"a tool call must be an object, got {type_name(call)}", index=index, field=field)
+        only_keys(call, ("id", "type", "function"), index=index, field=field)
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            fail(
+                f"a tool call needs a non-empty string 'id', got {call_id!r}",
+                index=index,
+                field=f"{field}.id",
+            )
+        kind = call.get("type", "function")
+        if kind != "function":
+            fail(
+                f"unsupported tool call type {kind!r}; agentcontext models 'function' calls",
+                index=index,
+                field=f"{field}.type",
+            )
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            fail(
+                f"'function' must be an object {{'name': ..., 'arguments': ...}}, got {type_name(function)}",
+                index=index,
+                field=f"{field}.function",
+            )
+        only_keys(function, ("name", "arguments"), index=index, field=f"{field}.function")
+        name = function.get("name")
+        if not isinstance(name, str):
+            fail(
+                f"the function name must be a string, got {type_name(name)}",
+                index=index,
+                field=f"{field}.function.name",
+            )
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            hint = "; pass json.dumps(arguments)" if isinstance(arguments, Mapping | list) else ""
+            fail(
+                f"'arguments' must be a JSON string, got {type_name(arguments)}{hint}",
+                index=index,
+                field=f"{field}.function.arguments",
+            )
+        try:
+            calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        except InvalidMessageError as e:
+            raise at(e, index=index, field=field) from None
+    return tuple(calls)
+
+
+def _tool_call_id_in(d: Mapping[str, object], role: Role, index: int | None) -> str | None:
+    value = d.get("tool_call_id")
+    if role != "tool":
+        if value is not None:
+            fail(
+                f"only tool messages carry a tool_call_id, not {role} ones", index=index, field="tool_call_id"
+            )
+        return None
+    if not isinstance(value, str) or not value:
+        what = "missing" if "tool_call_id" not in d else f"got {value!r}"
+        fail(
+            f"a tool message needs the non-empty string tool_call_id of the call it answers ({what})",
+            index=index,
+            field="tool_call_id",
+        )
+    return value
+
+
+# ----------------------------------------------------------------------------- canonical -> OpenAI
+
+
+def from_messages(messages: Iterable[Message], *, validate: bool = True) -> list[ChatMessage]:
+    """Convert canonical messages to OpenAI Chat Completions message dicts.
+
+    Args:
+        messages: the conversation. Not modified.
+        validate: check the conversation with `agentcontext.check_messages`
+            first (default ``True``), so a request OpenAI would reject with a
+            400 (an unanswered tool call, an orphan result...) fails here with
+            the index and a fix instead. ``False`` converts whatever is given.
+
+    Returns:
+        New dicts (sharing nothing with the messages): no ids, no metadata.
+
+    Raises:
+        InvalidMessageError: a message holds something OpenAI cannot carry
+            (an image outside a user message, no content on a user, system or
+            tool message); names the index and field.
+        InvalidConversationError: ``validate`` is on and the conversation
+            breaks a rule; ``.violations`` lists them all.
+    """
+    msgs = list(messages)
+    out = [from_message(m, index=i) for i, m in enumerate(msgs)]
+    if validate:
+        ensure_valid(
+            msgs,
+            target="OpenAI",
+            hint="Repair the conversation, or pass validate=False to convert it anyway.",
+        )
+    return out
+
+
+def from_message(m: Message, *, index: int | None = None) -> ChatMessage:
+    """Convert one canonical message to an OpenAI message dict (see `from_messages`).
+
+    Args:
+        m: the message.
+        index: its position in the conversation, for error messages.
+    """
+    if not isinstance(m, Message):
+        fail(f"expected an agentcontext Message, got {type(m).__name__}", index=index)
+    role: str = m.role
+    if "role" in m.extra:
+        if m.role != "system" or m.extra["role"] != "developer":
+            fail(
+                f"extra['role'] may only be 'developer' on a system message, got {m.extra['role']!r} "
+                f"on a {m.role} message",
+                index=index,
+                field="extra.role",
+            )
+        role = "developer"
+    out: dict[str, JSONValue] = {"role": role, "content": _content_out(m, index)}
+    if m.name is not None:
+        out["name"] = m.name
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    for key, value in m.extra.items():
+        if key == "role":
+            continue
+        if key in _MODELLED:
+            fail(
+                f"extra must not hold {key!r}, which agentcontext models itself; set the message's field instead",
+                index=index,
+                field=f"extra.{key}",
+            )
+        out[key] = json_value(value, index=index, field=f"extra.{key}")
+    return cast(ChatMessage, out)
+
+
+def _content_out(m: Message, index: int | None) -> JSONValue:
+    content = m.content
+    if content is None:
+        if m.role == "assistant":
+            return None
+        fail(
+            f"OpenAI requires content on {m.role} messages; use '' for an empty one",
+            index=index,
+            field="content",
+        )
+    if isinstance(content, str):
+        return content
+    parts: list[JSONValue] = []
+    for j, part in enumerate(content):
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "text": part.text})
+            continue
+        if m.role != "user":
+            fail(
+                f"OpenAI accepts images only in user messages, not in {m.role} ones; "
+                "describe the image in text, or move it to a user message",
+                index=index,
+                field=f"content[{j}]",
+            )
+        image: dict[str, JSONValue] = {"url": part.url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        parts.append({"type": "image_url", "image_url": image})
+    return parts
