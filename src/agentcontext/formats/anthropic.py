@@ -1,0 +1,596 @@
+"""Anthropic Messages API (``system`` + ``messages``) to and from canonical `Message` objects.
+
+>>> from agentcontext.formats import anthropic
+>>> from agentcontext.messages import Message, ToolCall
+>>> msgs = [Message(role="system", content="Be brief."),
+...         Message(role="user", content="What is in /tmp?"),
+...         Message(role="assistant", tool_calls=[ToolCall(id="c1", name="ls", arguments='{"path": "/tmp"}')]),
+...         Message(role="tool", tool_call_id="c1", content="a.txt")]
+>>> system, params = anthropic.from_messages(msgs)
+>>> system
+'Be brief.'
+>>> params[1]["content"]
+[{'type': 'tool_use', 'id': 'c1', 'name': 'ls', 'input': {'path': '/tmp'}}]
+>>> params[2]["content"]
+[{'type': 'tool_result', 'tool_use_id': 'c1', 'content': 'a.txt'}]
+
+How canonical messages map to Anthropic's shape:
+
+- Leading system messages become the ``system`` parameter: one system message
+  with string content gives a string, anything else a list of text blocks
+  (`to_messages` turns a list back into one system message with text parts).
+  A system message after the conversation started cannot go there: by default
+  it raises `InvalidMessageError` naming its index; ``late_system="inline"``
+  sends it as a ``{"role": "system"}`` entry of ``messages`` instead
+  (Anthropic's mid-conversation system messages: Claude API only, and only on
+  the models whose documentation lists them).
+- A tool message becomes a ``tool_result`` block in a user message;
+  ``metadata["is_error"]`` (a bool) becomes ``is_error``, and back. An assistant's
+  `ToolCall` becomes a ``tool_use`` block whose ``input`` is the parsed
+  ``arguments`` (which must be a JSON object); the way back writes
+  ``arguments = json.dumps(input, ensure_ascii=False)``, so arguments written
+  in another layout (compact, escaped) come back equal as JSON, not as text.
+- Images: ``data:`` URLs become ``base64`` sources (jpeg, png, gif, webp),
+  ``http(s)://`` URLs ``url`` sources.
+- Consecutive messages of the same wire role are merged into one message, as
+  Anthropic requires: the results of parallel calls (and a user message right
+  after them) form one user message, ``tool_result`` blocks first. `to_messages`
+  splits a user message back into one tool message per result, then one user
+  message (text parts) for any other blocks.
+
+What Anthropic cannot carry, and so does not come back from a round trip:
+`Message.name`, `Message.extra` (OpenAI wire fields), an image's ``detail``,
+``width`` and ``height``; text blocks that are empty or whitespace-only next to
+other blocks (Anthropic rejects them: "text content blocks must be non-empty"),
+so an assistant message with ``content=""`` and tool calls comes back with
+``content=None``; an empty tool result comes back as ``""``; an assistant
+message with one text part and tool calls comes back with string content;
+merged user turns come back as one message with text parts. Everything else
+round-trips exactly (ids aside). Block types and keys agentcontext does not
+model (``thinking``, ``document``, ``cache_control``...) raise
+`InvalidMessageError` rather than vanish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, cast
+
+from ..exceptions import InvalidMessageError
+from ..invariants import ensure_valid
+from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
+from ._common import at, canonical_json, fail, json_value, only_keys, type_name
+from ._wire import AnthropicContentBlock, AnthropicMessage, AnthropicTextBlock
+
+__all__ = ["from_messages", "to_messages"]
+
+_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+SystemParam = str | list[AnthropicTextBlock] | None
+"""The ``system`` parameter: a string, a list of text blocks, or absent."""
+
+_Block = dict[str, JSONValue]
+
+
+# ----------------------------------------------------------------------------- canonical -> Anthropic
+
+
+def from_messages(
+    messages: Iterable[Message],
+    *,
+    validate: bool = True,
+    late_system: Literal["raise", "inline"] = "raise",
+) -> tuple[SystemParam, list[AnthropicMessage]]:
+    """Convert canonical messages to Anthropic's ``system`` parameter and ``messages`` list.
+
+    Args:
+        messages: the conversation. Not modified.
+        validate: check the conversation with `agentcontext.check_messages`
+            first (default ``True``), so a request Anthropic would reject (an
+            unanswered ``tool_use``, an orphan ``tool_result``, a duplicate id,
+            an empty message...) fails here with the index and a fix.
+        late_system: what to do with a system message after the first
+            non-system one: ``"raise"`` (default) raises `InvalidMessageError`;
+            ``"inline"`` sends a ``{"role": "system"}`` message (supported by
+            few models; see the module docstring).
+
+    Returns:
+        ``(system, messages)``: pass them as ``system=`` (omit it when ``None``)
+        and ``messages=`` to ``client.messages.create``.
+
+    Raises:
+        InvalidMessageError: a message holds something Anthropic cannot carry
+            (a late system message, arguments that are not a JSON object, an
+            image outside user and tool messages, an unsupported image URL);
+            names the index and field.
+        InvalidConversationError: ``validate`` is on and the conversation
+            breaks a rule; ``.violations`` lists them all.
+    """
+    msgs = list(messages)
+    for i, m in enumerate(msgs):
+        if not isinstance(m, Message):
+            fail(f"expected an agentcontext Message, got {type(m).__name__}", index=i)
+    start = 0
+    while start < len(msgs) and msgs[start].role == "system":
+        start += 1
+    system = _system_out(msgs[:start])
+    out: list[AnthropicMessage] = []
+    for i in range(start, len(msgs)):
+        role, content = _message_out(msgs[i], i, late_system)
+        _append_merged(out, role, content)
+    if validate:
+        ensure_valid(
+            msgs,
+            system_first_only=late_system == "raise",
+            target="Anthropic",
+            hint="Repair the conversation, or pass validate=False to convert it anyway.",
+        )
+    return system, out
+
+
+def _system_out(leading: Sequence[Message]) -> SystemParam:
+    if not leading:
+        return None
+    if len(leading) == 1 and isinstance(leading[0].content, str):
+        return leading[0].content
+    blocks: list[_Block] = []
+    for i, m in enumerate(leading):
+        blocks.extend(_text_blocks(m, i, "the system prompt"))
+    return cast("list[AnthropicTextBlock]", _drop_blank(blocks))
+
+
+def _message_out(m: Message, index: int, late_system: str) -> tuple[str, str | list[_Block]]:
+    if m.role == "system":
+        if late_system != "inline":
+            fail(
+                "a system message after the conversation started: Anthropic takes the system prompt as a "
+                "separate parameter. Move it to the start, send it as a user message, or pass "
+                "late_system='inline' if your model supports mid-conversation system messages",
+                index=index,
+                field="role",
+            )
+        content = m.content
+        return "system", content if isinstance(content, str) else _drop_blank(
+            _text_blocks(m, index, "a system message")
+        )
+    if m.role == "tool":
+        return "user", [_tool_result_out(m, index)]
+    if m.role == "user":
+        content = m.content
+        if content is None:
+            return "user", ""
+        if isinstance(content, str):
+            return "user", content
+        return "user", _drop_blank([_part_out(p, index, f"content[{j}]") for j, p in enumerate(content)])
+    # assistant
+    if not m.tool_calls:
+        content = m.content
+        if isinstance(content, str):
+            return "assistant", content
+        if content is None:
+            return "assistant", ""
+    blocks = _text_blocks(m, index, "an assistant message")
+    for k, call in enumerate(m.tool_calls):
+        blocks.append(_tool_use_out(call, index, k))
+    return "assistant", _drop_blank(blocks)
+
+
+def _text_blocks(m: Message, index: int, where: str) -> list[_Block]:
+    content = m.content
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks: list[_Block] = []
+    for j, part in enumerate(content):
+        if not isinstance(part, TextPart):
+            fail(
+                f"Anthropic accepts images only in user messages and tool results, not in {where}; "
+                "describe the image in text, or move it to a user message",
+                index=index,
+                field=f"content[{j}]",
+            )
+        blocks.append({"type": "text", "text": part.text})
+    return blocks
+
+
+def _part_out(part: ContentPart, index: int, field: str) -> _Block:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    url = part.url
+    if url.startswith("data:"):
+        head, sep, data = url[5:].partition(",")
+        media_type, _, encoding = head.partition(";")
+        if not sep or encoding != "base64" or media_type not in _MEDIA_TYPES:
+            fail(
+                "Anthropic takes base64 data URLs of image/jpeg, image/png, image/gif or image/webp, "
+                f"got one starting {url[:40]!r}",
+                index=index,
+                field=field,
+            )
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    if url.startswith(("https://", "http://")):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    fail(f"Anthropic takes images as data: or http(s):// URLs, got {url[:40]!r}", index=index, field=field)
+
+
+def _tool_use_out(call: ToolCall, index: int, k: int) -> _Block:
+    field = f"tool_calls[{k}].arguments"
+    try:
+        value: object = json.loads(call.arguments)
+    except ValueError as e:
+        fail(
+            f"arguments of call {call.id!r} are not valid JSON ({e}); Anthropic needs them as an object: "
+            "repair or re-issue the call",
+            index=index,
+            field=field,
+        )
+    if not isinstance(value, dict):
+        fail(
+            f"arguments of call {call.id!r} are JSON {type_name(value)}, but Anthropic's tool_use input "
+            'must be an object: wrap them, e.g. {"value": ...}',
+            index=index,
+            field=field,
+        )
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": cast(JSONValue, value)}
+
+
+def _tool_result_out(m: Message, index: int) -> _Block:
+    block: _Block = {"type": "tool_result", "tool_use_id": cast(str, m.tool_call_id)}
+    content = m.content
+    if isinstance(content, str):
+        if content:
+            block["content"] = content
+    elif content is not None:
+        parts = [_part_out(p, index, f"content[{j}]") for j, p in enumerate(content)]
+        # An empty result has no content (it is optional); blank text blocks would be rejected.
+        parts = [p for p in parts if not _is_blank(p)]
+        if parts:
+            block["content"] = cast(JSONValue, parts)
+    is_error = m.metadata.get("is_error")
+    if isinstance(is_error, bool):
+        block["is_error"] = is_error
+    return block
+
+
+def _is_blank(block: Mapping[str, JSONValue]) -> bool:
+    text = block.get("text")
+    return block.get("type") == "text" and isinstance(text, str) and not text.strip()
+
+
+def _drop_blank(blocks: list[_Block]) -> list[_Block]:
+    """Drop empty or whitespace-only text blocks when other blocks remain (Anthropic rejects them).
+
+    A message that is nothing but blank text keeps it, so the empty message is
+    reported by validation (``empty_content``) rather than silently emptied.
+    """
+    kept = [b for b in blocks if not _is_blank(b)]
+    return kept if kept else blocks
+
+
+def _append_merged(out: list[AnthropicMessage], role: str, content: str | list[_Block]) -> None:
+    if out and out[-1]["role"] == role and role != "system":
+        previous = out[-1]["content"]
+        blocks = _as_blocks(previous) + _as_blocks(content)
+        if role == "user":
+            # Anthropic wants a user message's tool_result blocks before anything else.
+            blocks.sort(key=lambda b: b.get("type") != "tool_result")
+        out[-1]["content"] = cast("list[AnthropicContentBlock]", _drop_blank(blocks))
+        return
+    out.append(cast(AnthropicMessage, {"role": role, "content": content}))
+
+
+def _as_blocks(content: object) -> list[_Block]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(cast("list[_Block]", content))
+
+
+# ----------------------------------------------------------------------------- Anthropic -> canonical
+
+
+def to_messages(messages: Iterable[Mapping[str, object]], *, system: object = None) -> list[Message]:
+    """Convert Anthropic ``messages`` (and the ``system`` parameter) to canonical messages.
+
+    Args:
+        messages: the ``messages`` list, as sent to or returned by the API
+            (JSON-decoded). Not modified.
+        system: the ``system`` parameter: a string, a list of text blocks, or
+            ``None`` (default) when there is none.
+
+    Returns:
+        Canonical messages with deterministic chain ids: a system message first
+        when ``system`` is given, then, for each wire message, one tool message
+        per ``tool_result`` block and one message for its other blocks.
+
+    Raises:
+        InvalidMessageError: malformed input; names the message index (in
+            ``messages``) and the field, or ``field='system'``.
+    """
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(f"expected a list of message dicts, got {type_name(messages)}")
+    out: list[Message] = []
+    chain = _Chain(out)
+    if system is not None:
+        chain.add({"system": system}, role="system", content=_system_in(system))
+    for index, d in enumerate(messages):
+        if not isinstance(d, Mapping):
+            fail(f"expected a message dict, got {type_name(d)}", index=index)
+        only_keys(d, ("role", "content"), index=index)
+        role = d.get("role")
+        content = d.get("content")
+        if role not in ("user", "assistant", "system"):
+            fail(f"unknown role {role!r}; expected 'user' or 'assistant'", index=index, field="role")
+        if isinstance(content, str):
+            chain.add({"role": role, "content": content}, role=role, content=content, index=index)
+            continue
+        if not isinstance(content, list | tuple):
+            fail(
+                f"content must be a string or a list of blocks, got {type_name(content)}",
+                index=index,
+                field="content",
+            )
+        if role == "user":
+            _user_in(content, index, chain)
+        elif role == "assistant":
+            _assistant_in(content, index, chain)
+        else:
+            parts = tuple(_text_part_in(b, index, f"content[{j}]") for j, b in enumerate(content))
+            chain.add({"role": role, "content": content}, role="system", content=parts, index=index)
+    return out
+
+
+class _Chain:
+    """Appends messages with chain ids: each id derives from the previous one and this message's wire fragment."""
+
+    def __init__(self, out: list[Message]) -> None:
+        self.out = out
+
+    def add(
+        self,
+        fragment: object,
+        *,
+        role: Role,
+        content: str | tuple[ContentPart, ...] | None,
+        index: int | None = None,
+        tool_calls: tuple[ToolCall, ...] = (),
+        tool_call_id: str | None = None,
+        metadata: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        previous = self.out[-1].id if self.out else None
+        try:
+            message = Message(
+                id=derive_id(previous, canonical_json(fragment)),
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                metadata=metadata or {},
+            )
+        except InvalidMessageError as e:
+            raise at(e, index=index) from None
+        self.out.append(message)
+
+
+def _system_in(system: object) -> str | tuple[ContentPart, ...]:
+    if isinstance(system, str):
+        return system
+    if not isinstance(system, list | tuple):
+        fail(
+            f"system must be a string or a list of text blocks, got {type_name(system)}",
+            index=None,
+            field="system",
+        )
+    return tuple(_text_part_in(b, None, f"system[{j}]") for j, b in enumerate(system))
+
+
+def _user_in(blocks: Sequence[object], index: int, chain: _Chain) -> None:
+    parts: list[ContentPart] = []
+    other: list[object] = []
+    for j, block in enumerate(blocks):
+        field = f"content[{j}]"
+        kind = _block_type(block, index, field)
+        if kind == "tool_result":
+            call_id, content, metadata = _tool_result_in(cast(Mapping[str, object], block), index, field)
+            chain.add(
+                {"role": "user", "content": [block]},
+                role="tool",
+                content=content,
+                tool_call_id=call_id,
+                metadata=metadata,
+                index=index,
+            )
+        elif kind in ("text", "image"):
+            parts.append(_part_in(cast(Mapping[str, object], block), index, field))
+            other.append(block)
+        else:
+            _unsupported(kind, index, field, "user")
+    if parts or not blocks:
+        chain.add({"role": "user", "content": other}, role="user", content=tuple(parts), index=index)
+
+
+def _assistant_in(blocks: Sequence[object], index: int, chain: _Chain) -> None:
+    texts: list[TextPart] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(blocks):
+        field = f"content[{j}]"
+        kind = _block_type(block, index, field)
+        mapping = cast(Mapping[str, object], block)
+        if kind == "text":
+            texts.append(_text_part_in(mapping, index, field))
+        elif kind == "tool_use":
+            calls.append(_tool_use_in(mapping, index, field))
+        else:
+            _unsupported(kind, index, field, "assistant")
+    content: str | tuple[ContentPart, ...] | None
+    if calls and len(texts) <= 1:
+        # With tool_use blocks Anthropic has no string form; one text block reads back as a string.
+        content = texts[0].text if texts else None
+    else:
+        content = tuple(texts)
+    chain.add(
+        {"role": "assistant", "content": list(blocks)},
+        role="assistant",
+        content=content,
+        tool_calls=tuple(calls),
+        index=index,
+    )
+
+
+def _block_type(block: object, index: int, field: str) -> object:
+    if not isinstance(block, Mapping):
+        fail(
+            f"a content block must be an object with a 'type', got {type_name(block)}",
+            index=index,
+            field=field,
+        )
+    return block.get("type")
+
+
+def _unsupported(kind: object, index: int, field: str, role: str) -> None:
+    allowed = "'text', 'image' and 'tool_result'" if role == "user" else "'text' and 'tool_use'"
+    fail(
+        f"unsupported block type {kind!r} in a {role} message; agentcontext models {allowed} blocks "
+        "there and will not drop the others silently: remove them before converting",
+        index=index,
+        field=f"{field}.type",
+    )
+
+
+def _text_part_in(block: object, index: int | None, field: str) -> TextPart:
+    if not isinstance(block, Mapping) or block.get("type") != "text":
+        what = repr(block.get("type")) if isinstance(block, Mapping) else type_name(block)
+        fail(f"expected a text block {{'type': 'text', 'text': ...}}, got {what}", index=index, field=field)
+    only_keys(block, ("type", "text"), index=index, field=field)
+    text = block.get("text")
+    if not isinstance(text, str):
+        fail(
+            f"a text block needs 'text' as a string, got {type_name(text)}",
+            index=index,
+            field=f"{field}.text",
+        )
+    try:
+        return TextPart(text=text)
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=f"{field}.text") from None
+
+
+def _part_in(block: Mapping[str, object], index: int, field: str) -> ContentPart:
+    if block.get("type") == "text":
+        return _text_part_in(block, index, field)
+    only_keys(block, ("type", "source"), index=index, field=field)
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        fail(
+            f"an image block needs a 'source' object, got {type_name(source)}",
+            index=index,
+            field=f"{field}.source",
+        )
+    kind = source.get("type")
+    if kind == "base64":
+        only_keys(source, ("type", "media_type", "data"), index=index, field=f"{field}.source")
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str):
+            fail(
+                "a base64 image source needs string 'media_type' and 'data'",
+                index=index,
+                field=f"{field}.source",
+            )
+        url = f"data:{media_type};base64,{data}"
+    elif kind == "url":
+        only_keys(source, ("type", "url"), index=index, field=f"{field}.source")
+        url_value = source.get("url")
+        if not isinstance(url_value, str):
+            fail(
+                f"a url image source needs a string 'url', got {type_name(url_value)}",
+                index=index,
+                field=f"{field}.source.url",
+            )
+        url = url_value
+    else:
+        fail(
+            f"unsupported image source type {kind!r}; agentcontext models 'base64' and 'url' sources",
+            index=index,
+            field=f"{field}.source.type",
+        )
+    try:
+        return ImagePart(url=url)
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=f"{field}.source") from None
+
+
+def _tool_use_in(block: Mapping[str, object], index: int, field: str) -> ToolCall:
+    only_keys(block, ("type", "id", "name", "input"), index=index, field=field)
+    call_id, name, value = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(call_id, str) or not call_id:
+        fail(
+            f"a tool_use block needs a non-empty string 'id', got {call_id!r}",
+            index=index,
+            field=f"{field}.id",
+        )
+    if not isinstance(name, str):
+        fail(
+            f"a tool_use block needs a string 'name', got {type_name(name)}",
+            index=index,
+            field=f"{field}.name",
+        )
+    if not isinstance(value, Mapping):
+        fail(
+            f"a tool_use block's 'input' must be an object, got {type_name(value)}",
+            index=index,
+            field=f"{field}.input",
+        )
+    # json.dumps' default separators: the form 963 of the 1,076 tool calls in the
+    # eval logs use (99 are compact), so OpenAI-born arguments usually come back verbatim.
+    arguments = json.dumps(json_value(value, index=index, field=f"{field}.input"), ensure_ascii=False)
+    try:
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=field) from None
+
+
+def _tool_result_in(
+    block: Mapping[str, object], index: int, field: str
+) -> tuple[str, str | tuple[ContentPart, ...], dict[str, JSONValue] | None]:
+    only_keys(block, ("type", "tool_use_id", "content", "is_error"), index=index, field=field)
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        fail(
+            f"a tool_result block needs the non-empty string 'tool_use_id' of its call, got {call_id!r}",
+            index=index,
+            field=f"{field}.tool_use_id",
+        )
+    value = block.get("content")
+    content: str | tuple[ContentPart, ...]
+    if value is None:
+        content = ""
+    elif isinstance(value, str):
+        content = value
+    elif isinstance(value, list | tuple):
+        parts: list[ContentPart] = []
+        for j, item in enumerate(value):
+            item_field = f"{field}.content[{j}]"
+            kind = _block_type(item, index, item_field)
+            if kind not in ("text", "image"):
+                fail(
+                    f"unsupported block type {kind!r} in a tool_result; agentcontext models 'text' and 'image'",
+                    index=index,
+                    field=f"{item_field}.type",
+                )
+            parts.append(_part_in(cast(Mapping[str, object], item), index, item_field))
+        content = tuple(parts)
+    else:
+        fail(
+            f"a tool_result's content must be a string or a list of blocks, got {type_name(value)}",
+            index=index,
+            field=f"{field}.content",
+        )
+    is_error = block.get("is_error")
+    if is_error is None:
+        return call_id, content, None
+    if not isinstance(is_error, bool):
+        fail(
+            f"'is_error' must be a boolean, got {type_name(is_error)}", index=index, field=f"{field}.is_error"
+        )
+    return call_id, content, {"is_error": is_error}
