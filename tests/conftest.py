@@ -1,0 +1,13 @@
+"""Test setup shared by every test file.
+
+pytest runs with ``--import-mode=importlib``, which leaves ``sys.path`` alone,
+so the shared Hypothesis strategies in ``tests/strategies.py`` are made
+importable here as ``strategies`` (``from strategies import openai_conversations``).
+"""
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)

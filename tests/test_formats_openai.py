@@ -1,0 +1,368 @@
+"""OpenAI Chat Completions <-> canonical: the exact round trip, ids, clear errors, real logs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentcontext.exceptions import InvalidConversationError, InvalidMessageError
+from agentcontext.formats import openai as oai
+from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from strategies import canonical_conversations, json_junk, junk_openai_dicts, openai_conversations
+
+EVAL = Path("/work/shared/eval")
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "/tmp"}'}}
+
+
+def strip_ids(messages: list[Message]) -> list[Message]:
+    return [dataclasses.replace(m, id="-") for m in messages]
+
+
+# ----------------------------------------------------------------------------- round trips
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(openai_conversations())
+def test_openai_dicts_round_trip_exactly(dicts: list[dict[str, Any]]) -> None:
+    before = copy.deepcopy(dicts)
+    msgs = oai.to_messages(dicts)
+    assert oai.from_messages(msgs) == dicts
+    assert dicts == before  # the input is not mutated
+
+
+@settings(max_examples=200, deadline=None)
+@given(canonical_conversations())
+def test_canonical_messages_round_trip_through_openai(msgs: list[Message]) -> None:
+    back = oai.to_messages(oai.from_messages(msgs))
+    # Canonical metadata (agentcontext's own annotations) is never sent to a provider.
+    assert strip_ids(back) == [dataclasses.replace(m, id="-", metadata={}) for m in msgs]
+
+
+def test_content_keeps_its_form() -> None:
+    dicts = [
+        {"role": "user", "content": "plain"},
+        {"role": "user", "content": [{"type": "text", "text": "parts"}]},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+    ]
+    msgs = oai.to_messages(dicts)
+    assert msgs[0].content == "plain"
+    assert msgs[1].content == (TextPart(text="parts"),)
+    assert msgs[2].content is None
+    assert msgs[3].content == ""
+    assert oai.from_messages(msgs, validate=False) == dicts
+
+
+def test_images_keep_their_url_and_detail() -> None:
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}}
+    [m] = oai.to_messages([{"role": "user", "content": [part, {"type": "text", "text": "what is this?"}]}])
+    assert m.content == (
+        ImagePart(url="data:image/png;base64,AAAA", detail="low"),
+        TextPart(text="what is this?"),
+    )
+    assert oai.from_message(m)["content"] == [part, {"type": "text", "text": "what is this?"}]
+
+
+def test_extra_keys_and_developer_role_come_back_verbatim() -> None:
+    dicts = [
+        {"role": "developer", "content": "rules", "name": "ops"},
+        {"role": "user", "content": "hi", "name": "alice"},
+        {
+            "role": "assistant",
+            "content": None,
+            "refusal": "no",
+            "reasoning_content": "因为",
+            "audio": {"id": "a1"},
+        },
+    ]
+    msgs = oai.to_messages(dicts)
+    assert msgs[0].role == "system" and dict(msgs[0].extra) == {"role": "developer"}
+    assert dict(msgs[2].extra) == {"refusal": "no", "reasoning_content": "因为", "audio": {"id": "a1"}}
+    assert oai.from_messages(msgs, validate=False) == dicts
+
+
+def test_tool_messages_keep_their_name_and_arguments_stay_verbatim() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{not json"}}
+    dicts = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x", "name": "ls"},
+    ]
+    msgs = oai.to_messages(dicts)
+    assert msgs[1].tool_calls == (ToolCall(id="c1", name="ls", arguments="{not json"),)
+    assert msgs[2].name == "ls"
+    assert oai.from_messages(msgs) == dicts
+
+
+def test_absent_content_and_null_fields_read_as_absent() -> None:
+    [m] = oai.to_messages([{"role": "assistant", "tool_calls": [CALL], "name": None}])
+    assert m.content is None and m.name is None
+    # Written back the way the API returns it: with content null.
+    assert oai.from_message(m) == {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    [m] = oai.to_messages([{"role": "assistant", "content": "x", "tool_calls": None}])
+    assert m.tool_calls == ()
+
+
+def test_output_shares_nothing_with_the_messages() -> None:
+    [m] = oai.to_messages([{"role": "assistant", "content": "x", "audio": {"id": "a1", "list": [1]}}])
+    out = oai.from_message(m)
+    out["audio"]["list"].append(2)  # type: ignore[typeddict-item]
+    assert m.extra["audio"] == {"id": "a1", "list": [1]}
+
+
+def test_input_dicts_are_not_aliased() -> None:
+    d = {"role": "assistant", "content": "x", "audio": {"id": "a1"}}
+    [m] = oai.to_messages([d])
+    d["audio"]["id"] = "changed"  # type: ignore[index]
+    assert m.extra["audio"] == {"id": "a1"}
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+def test_ids_are_deterministic_and_name_the_prefix() -> None:
+    a = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "3"},
+    ]
+    b = [*a[:2], {"role": "user", "content": "three"}]
+    ids_a = [m.id for m in oai.to_messages(a)]
+    assert ids_a == [m.id for m in oai.to_messages(a)]
+    ids_b = [m.id for m in oai.to_messages(b)]
+    assert ids_a[:2] == ids_b[:2] and ids_a[2] != ids_b[2]
+    # The same message after a different history gets a different id.
+    assert oai.to_messages(a[1:])[0].id != ids_a[1]
+    assert len(set(ids_a)) == 3
+
+
+def test_key_order_does_not_change_ids() -> None:
+    first = oai.to_message({"role": "user", "content": "x", "name": "n"})
+    second = oai.to_message({"name": "n", "content": "x", "role": "user"})
+    assert first.id == second.id
+
+
+def test_from_messages_writes_no_ids_or_metadata() -> None:
+    m = Message(role="user", content="x", metadata={"summary": True})
+    assert oai.from_message(m) == {"role": "user", "content": "x"}
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+BAD: list[tuple[object, int | None, str | None, str]] = [
+    ("not a dict", 0, None, "expected a message dict"),
+    ({"content": "x"}, 0, "role", "missing 'role'"),
+    ({"role": "robot", "content": "x"}, 0, "role", "unknown role 'robot'"),
+    ({"role": "function", "name": "f", "content": "x"}, 0, "role", "tool messages"),
+    ({"role": 3, "content": "x"}, 0, "role", "unknown role 3"),
+    ({"role": "user", "content": 5}, 0, "content", "a string, a list of parts or null, got a number"),
+    ({"role": "user", "content": None}, 0, "content", "use '' for nothing"),
+    ({"role": "user"}, 0, "content", "missing 'content'"),
+    ({"role": "tool", "content": "x"}, 0, "tool_call_id", "tool_call_id"),
+    ({"role": "tool", "content": "x", "tool_call_id": ""}, 0, "tool_call_id", "non-empty"),
+    ({"role": "user", "content": "x", "tool_call_id": "c"}, 0, "tool_call_id", "only tool messages"),
+    ({"role": "user", "content": "bad \ud800"}, 0, "content", "surrogate"),
+    ({"role": "user", "content": [{"type": "text", "text": "\udfff"}]}, 0, "content[0].text", "surrogate"),
+    ({"role": "user", "content": [{"type": "text"}]}, 0, "content[0].text", "got null"),
+    ({"role": "user", "content": ["text"]}, 0, "content[0]", "must be an object"),
+    (
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+        0,
+        "content[0].type",
+        "'input_audio'",
+    ),
+    (
+        {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]},
+        0,
+        "content[0]",
+        "'cache_control'",
+    ),
+    (
+        {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]},
+        0,
+        "content[0].type",
+        "only in user",
+    ),
+    (
+        {"role": "user", "content": [{"type": "image_url", "image_url": "https://x"}]},
+        0,
+        "content[0].image_url",
+        "must be an object",
+    ),
+    (
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "https://x", "detail": "ultra"}}],
+        },
+        0,
+        "content[0].image_url.detail",
+        "'ultra'",
+    ),
+    ({"role": "user", "content": "x", "tool_calls": [CALL]}, 0, "tool_calls", "only assistant"),
+    ({"role": "assistant", "content": None, "tool_calls": {"id": "c"}}, 0, "tool_calls", "must be a list"),
+    (
+        {
+            "role": "assistant",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        0,
+        "tool_calls[0].id",
+        "non-empty string 'id'",
+    ),
+    (
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {}}]},
+        0,
+        "tool_calls[0]",
+        "'custom'",
+    ),
+    (
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+        0,
+        "tool_calls[0].function.arguments",
+        "json.dumps",
+    ),
+    (
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
+        0,
+        "tool_calls[0].function.arguments",
+        "got null",
+    ),
+    (
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": 1, "arguments": ""}}],
+        },
+        0,
+        "tool_calls[0].function.name",
+        "string",
+    ),
+    ({"role": "assistant", "tool_calls": [{**CALL, "index": 0}]}, 0, "tool_calls[0]", "'index'"),
+    (
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f\ud800", "arguments": ""}}],
+        },
+        0,
+        "tool_calls[0]",
+        "surrogate",
+    ),
+    ({"role": "user", "content": "x", "name": 7}, 0, "name", "name must be a string"),
+    ({"role": "user", "content": "x", "name": "\ud800"}, 0, "name", "surrogate"),
+    ({"role": "user", "content": "x", "meta": {1, 2}}, 0, "meta", "expected JSON data"),
+    ({"role": "user", "content": "x", "meta": {1: "a"}}, 0, "meta", "keys must be strings"),
+]
+
+
+@pytest.mark.parametrize(("bad", "index", "field", "words"), BAD)
+def test_malformed_messages_raise_with_index_and_field(
+    bad: object, index: int, field: str | None, words: str
+) -> None:
+    good = {"role": "user", "content": "fine"}
+    with pytest.raises(InvalidMessageError) as info:
+        oai.to_messages([good, bad])  # type: ignore[list-item]
+    assert info.value.index == index + 1
+    assert info.value.field == field
+    assert words in str(info.value)
+    assert str(info.value).startswith(f"message {index + 1}")
+
+
+@pytest.mark.parametrize("bad", ["a string", {"role": "user", "content": "x"}, 3, None])
+def test_the_list_itself_must_be_a_list(bad: object) -> None:
+    with pytest.raises(InvalidMessageError, match="expected a list of message dicts"):
+        oai.to_messages(bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(json_junk, st.lists(st.one_of(junk_openai_dicts, json_junk), max_size=4)))
+def test_junk_converts_or_raises_a_clear_error(junk: object) -> None:
+    try:
+        msgs = oai.to_messages(junk)  # type: ignore[arg-type]
+    except InvalidMessageError as e:
+        assert str(e)
+        return
+    # Whatever converted goes back out, and reads back the same (absent and null
+    # fields are normalized, so the dicts themselves may differ).
+    try:
+        out = oai.from_messages(msgs, validate=False)
+    except InvalidMessageError as e:
+        assert str(e)
+        return
+    assert strip_ids(oai.to_messages(out)) == strip_ids(msgs)
+
+
+def test_from_messages_validates_the_conversation() -> None:
+    msgs = [
+        Message(role="user", content="q"),
+        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="ls")]),
+    ]
+    with pytest.raises(InvalidConversationError) as info:
+        oai.from_messages(msgs)
+    assert "message 1 [unanswered_tool_call]" in str(info.value) and "validate=False" in str(info.value)
+    assert [v.rule for v in info.value.violations] == ["unanswered_tool_call"]  # type: ignore[attr-defined]
+    assert oai.from_messages(msgs, validate=False)[1]["tool_calls"][0]["id"] == "c1"  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "words"),
+    [
+        (
+            Message(role="tool", tool_call_id="c", content=(ImagePart(url="https://x/y.png"),)),
+            "content[0]",
+            "only in user",
+        ),
+        (
+            Message(role="assistant", content=(ImagePart(url="https://x/y.png"),)),
+            "content[0]",
+            "only in user",
+        ),
+        (Message(role="user", content=None), "content", "requires content"),
+        (Message(role="tool", tool_call_id="c", content=None), "content", "use ''"),
+        (Message(role="user", content="x", extra={"content": "y"}), "extra.content", "models itself"),
+        (
+            Message(role="user", content="x", extra={"role": "developer"}),
+            "extra.role",
+            "only be 'developer' on a system",
+        ),
+    ],
+)
+def test_canonical_content_openai_cannot_carry_is_refused(message: Message, field: str, words: str) -> None:
+    with pytest.raises(InvalidMessageError) as info:
+        oai.from_messages([Message(role="user", content="q"), message], validate=False)
+    assert info.value.index == 1 and info.value.field == field
+    assert words in str(info.value)
+
+
+def test_from_messages_rejects_what_is_not_a_message() -> None:
+    with pytest.raises(InvalidMessageError, match="message 0: expected an agentcontext Message, got dict"):
+        oai.from_messages([{"role": "user", "content": "x"}])  # type: ignore[list-item]
+
+
+def test_image_size_hints_are_not_sent() -> None:
+    m = Message(role="user", content=(ImagePart(url="https://x/y.png", width=640, height=480),))
+    assert oai.from_message(m)["content"] == [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]
+
+
+# ----------------------------------------------------------------------------- real logs
+
+
+@pytest.mark.skipif(not EVAL.exists(), reason="the shared eval set is not mounted")
+def test_every_real_log_converts_and_round_trips_exactly() -> None:
+    files = sorted((EVAL / "conversations").glob("*.jsonl"))
+    assert len(files) == 63
+    for path in files:
+        dicts = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        msgs = oai.to_messages(dicts)
+        # Real logs break rules (unanswered calls, reused ids): convert them without validation.
+        assert oai.from_messages(msgs, validate=False) == dicts, path.name
