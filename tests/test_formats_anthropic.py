@@ -423,3 +423,9 @@ def test_every_real_log_converts_and_keeps_its_tool_pairs() -> None:
         assert pairs(back) == pairs(msgs), path.name
         # Merged user turns change indices, not what is wrong: the same unanswered calls and reused ids.
         assert Counter(v.rule for v in check_messages(back)) == Counter(v.rule for v in check_messages(msgs))
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    assert doctest.testmod(anthropic).failed == 0

@@ -366,3 +366,9 @@ def test_every_real_log_converts_and_round_trips_exactly() -> None:
         msgs = oai.to_messages(dicts)
         # Real logs break rules (unanswered calls, reused ids): convert them without validation.
         assert oai.from_messages(msgs, validate=False) == dicts, path.name
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    assert doctest.testmod(oai).failed == 0

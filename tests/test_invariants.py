@@ -332,3 +332,11 @@ def test_real_logs_match_the_manifest_counts() -> None:
         # Nothing else is wrong with these logs.
         assert set(by_rule) <= {"unanswered_tool_call", "orphan_tool_result", "duplicate_tool_call_id"}
     assert totals == {"unanswered_tool_call": 26, "duplicate_tool_call_id": 22}
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    from agentcontext import invariants
+
+    assert doctest.testmod(invariants).failed == 0
