@@ -71,9 +71,10 @@ RARE_SHARE = 0.005
 GATE_RATE = 0.5
 GATE_L2 = 1e-3
 # Floors that keep pathological inputs from being undercounted: a long ruler of
-# a rare punctuation character costs one token per 8 characters; a run of one
-# frequent ideograph repeated costs at least half a token per character.
-LOWER_BOUNDS = {"long_punct": 0.25, "cjk_common": 0.4}
+# a rare punctuation character costs one token per 8 characters, a flood of
+# blank lines one per 16; a run of one frequent ideograph repeated costs at
+# least half a token per character.
+LOWER_BOUNDS = {"long_punct": 0.25, "long_newlines": 0.5, "cjk_common": 0.4}
 TEST_CAP = 60
 KINDS = ("prose", "code", "json", "chinese", "other")
 FITTED_KINDS = ("prose", "code", "json", "chinese", "other")

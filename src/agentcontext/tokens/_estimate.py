@@ -86,6 +86,7 @@ _RUN_NEWLINES = _binary(b"n")
 _SPACES = _binary(b"s")
 _PUNCT = _binary(b"p")
 _LONG = b"x" * 8
+_LONG_NEWLINES = b"x" * 16
 
 FEATURE_NAMES: tuple[str, ...] = (
     "words",
@@ -105,6 +106,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "letter_digit",
     "newline_runs",
     "indent_runs",
+    "long_newlines",
     "space_digit",
     "cjk_common",
     "cjk_other",
@@ -131,8 +133,9 @@ def features(text: str) -> tuple[int, ...]:
     like ``--------`` are one token per dozens of characters); ``quote_punct``,
     ``space_punct``, ``punct_space`` and ``letter_digit`` count adjacent pairs
     (``":``, `` (``, ``, ``, ``a1``); ``indent_runs`` are runs of two or more
-    spaces or tabs; ``space_digit`` is a space before a digit (a token of its
-    own); ``cjk_common`` are ideographs in `COMMON_CJK`, ``cjk_other`` the rest;
+    spaces or tabs; ``long_newlines`` are 16-character blocks of line-break runs
+    (a flood of blank lines still costs a little); ``space_digit`` is a space
+    before a digit (a token of its own); ``cjk_common`` are ideographs in `COMMON_CJK`, ``cjk_other`` the rest;
     ``symbols`` are other non-ASCII characters in the basic plane (CJK and
     fullwidth punctuation, arrows, box drawing); ``astral`` are characters beyond
     it (mostly emoji).
@@ -148,6 +151,7 @@ def features(text: str) -> tuple[int, ...]:
     m = raw.translate(_TABLE, _CONTINUATION)
     punct = m.translate(_PUNCT)
     spaces = m.translate(_SPACES)
+    newlines = m.translate(_RUN_NEWLINES)
     long_blocks = punct.count(_LONG)
     return (
         _runs(m, _RUN_WORDS),
@@ -165,8 +169,9 @@ def features(text: str) -> tuple[int, ...]:
         m.count(b"sp") + m.count(b"sq"),
         m.count(b"ps") + m.count(b"qs"),
         m.count(b"a0") + m.count(b"0a"),
-        _runs(m, _RUN_NEWLINES),
+        newlines.count(b" x") + (newlines[:1] == b"x"),
         spaces.count(b" xx") + (spaces[:2] == b"xx"),
+        newlines.count(_LONG_NEWLINES),
         m.count(b"s0"),
         m.count(b"c"),
         m.count(b"C"),

@@ -25,6 +25,7 @@ EXPERTS: tuple[tuple[float, ...], ...] = (
         0.311719,  # letter_digit
         0.971466,  # newline_runs
         0.157544,  # indent_runs
+        0.510069,  # long_newlines
         0.044465,  # space_digit
         0.618529,  # cjk_common
         1.83912,  # cjk_other
@@ -51,6 +52,7 @@ EXPERTS: tuple[tuple[float, ...], ...] = (
         0.286825,  # letter_digit
         0.694181,  # newline_runs
         1.05957,  # indent_runs
+        0.508233,  # long_newlines
         0.0443049,  # space_digit
         0.616302,  # cjk_common
         1.8325,  # cjk_other
@@ -77,6 +79,7 @@ EXPERTS: tuple[tuple[float, ...], ...] = (
         0.309424,  # letter_digit
         0.596665,  # newline_runs
         1.18284,  # indent_runs
+        0.506315,  # long_newlines
         0.0441377,  # space_digit
         0.613976,  # cjk_common
         1.82558,  # cjk_other
@@ -103,6 +106,7 @@ EXPERTS: tuple[tuple[float, ...], ...] = (
         0.317512,  # letter_digit
         1.03462,  # newline_runs
         0.160472,  # indent_runs
+        0.519549,  # long_newlines
         0.0452914,  # space_digit
         0.690803,  # cjk_common
         2.02365,  # cjk_other
@@ -129,6 +133,7 @@ EXPERTS: tuple[tuple[float, ...], ...] = (
         0.311445,  # letter_digit
         2.49717,  # newline_runs
         0.157406,  # indent_runs
+        0.509621,  # long_newlines
         0.044426,  # space_digit
         0.684996,  # cjk_common
         0.803721,  # cjk_other
@@ -159,6 +164,7 @@ MEAN: tuple[float, ...] = (
     0.00676371,  # letter_digit
     0.0249274,  # newline_runs
     0.0148117,  # indent_runs
+    0,  # long_newlines
     0.00374659,  # space_digit
     0.0262743,  # cjk_common
     0.00475209,  # cjk_other
@@ -185,6 +191,7 @@ STD: tuple[float, ...] = (
     0.0213621,  # letter_digit
     0.0177663,  # newline_runs
     0.0153717,  # indent_runs
+    1e-06,  # long_newlines
     0.00844072,  # space_digit
     0.112788,  # cjk_common
     0.0258931,  # cjk_other
@@ -214,6 +221,7 @@ GATE: tuple[tuple[float, ...], ...] = (
         -0.476376,  # letter_digit
         -0.75547,  # newline_runs
         -0.0173104,  # indent_runs
+        0,  # long_newlines
         -0.0179687,  # space_digit
         -0.387141,  # cjk_common
         -0.0649991,  # cjk_other
@@ -240,6 +248,7 @@ GATE: tuple[tuple[float, ...], ...] = (
         0.194899,  # letter_digit
         0.206745,  # newline_runs
         0.963042,  # indent_runs
+        0,  # long_newlines
         0.60042,  # space_digit
         -0.972028,  # cjk_common
         -0.54321,  # cjk_other
@@ -266,6 +275,7 @@ GATE: tuple[tuple[float, ...], ...] = (
         0.274668,  # letter_digit
         -0.463419,  # newline_runs
         0.187805,  # indent_runs
+        0,  # long_newlines
         -0.331058,  # space_digit
         -0.395758,  # cjk_common
         -0.440643,  # cjk_other
@@ -292,6 +302,7 @@ GATE: tuple[tuple[float, ...], ...] = (
         0.195784,  # letter_digit
         0.419418,  # newline_runs
         -0.636891,  # indent_runs
+        0,  # long_newlines
         -0.0847167,  # space_digit
         2.73376,  # cjk_common
         1.325,  # cjk_other
@@ -318,6 +329,7 @@ GATE: tuple[tuple[float, ...], ...] = (
         -0.188974,  # letter_digit
         0.592726,  # newline_runs
         -0.496646,  # indent_runs
+        0,  # long_newlines
         -0.166677,  # space_digit
         -0.978837,  # cjk_common
         -0.276147,  # cjk_other
