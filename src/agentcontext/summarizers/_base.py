@@ -13,8 +13,18 @@ __all__ = ["Summarizer", "SummaryRequest"]
 class Summarizer(Protocol):
     """Writes a summary of a request's messages.
 
-    Both methods share one implementation in every summarizer agentcontext
-    ships (a generator of HTTP requests driven by a sync or an async client).
+    A `SummaryRequest` carries everything a summary needs: the messages to
+    summarize (tool calls with their arguments, tool results), the previous
+    summary to integrate (incremental summaries), the user's current request,
+    extra instructions from the strategy (such as identifiers an earlier attempt
+    left out) and the most tokens the summary may take.
+
+    Implement both methods; agentcontext's summarizers share one implementation
+    between them (an HTTP exchange generator driven by a sync or an async
+    client; the extractive one does no I/O). Raise on failure, with a
+    `agentcontext.exceptions.SummarizerError` when you can: the engine then falls
+    back to the next tier and reports why. Never return an error message as if
+    it were a summary.
     """
 
     def summarize(self, request: SummaryRequest) -> str:

@@ -1,0 +1,101 @@
+"""`OpenAISummarizer`: summaries from any OpenAI-compatible Chat Completions endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..exceptions import SummarizerError
+from ..messages import JSONValue
+from ._http import HttpRequest, HttpResponse, RetryableReply
+from ._llm import LLMSummarizerBase, clean_summary
+
+__all__ = ["OpenAISummarizer"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenAISummarizer(LLMSummarizerBase):
+    """Summarizes through ``POST {base_url}/chat/completions``: OpenAI, vLLM, Ollama, DeepSeek, Moonshot, Qwen...
+
+    Talks HTTP directly (httpx, from the ``openai`` extra; no SDK). The request
+    carries a system and a user message and no ``tools``, so the model cannot
+    act while it summarizes. 429, 5xx and timeouts are retried (see
+    `RetryPolicy`); after the last try, or on an error no retry can fix, it
+    raises `SummarizerError` naming the endpoint and the status, and the
+    engine falls back to the next tier.
+
+    >>> s = OpenAISummarizer(model="qwen2.5-7b-instruct", base_url="http://localhost:8000/v1")
+
+    Args:
+        model: the model name.
+        base_url: the API root, ``/chat/completions`` is appended. Default OpenAI's.
+        api_key: sent as ``Authorization: Bearer``; None reads ``OPENAI_API_KEY``, and
+            sends no header when that is unset too (local servers need none).
+        max_tokens_field: ``"max_completion_tokens"`` (OpenAI's current name; its
+            reasoning models reject the other) or ``"max_tokens"`` (what most
+            compatible servers understand). None picks the first for api.openai.com
+            and the second elsewhere.
+        timeout, max_output_tokens, prompt, temperature, retry, headers, extra_body:
+            see `LLMSummarizerBase`.
+
+    A reply cut at the output limit (``finish_reason`` ``"length"``) is refused
+    rather than used: its last sections (the task state) would be missing.
+    """
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None
+    _extra: str = field(default="openai", init=False, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        """``{base_url}/chat/completions``."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def http_request(self, *, system: str, user: str, max_tokens: int) -> HttpRequest:
+        """A non-streaming Chat Completions request with no tools."""
+        limit_field = self.max_tokens_field or (
+            "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
+        )
+        body: dict[str, JSONValue] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            limit_field: max_tokens,
+            "stream": False,
+        }
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        headers = {"content-type": "application/json", **self.headers}
+        key = self.key()
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        return HttpRequest(url=self.endpoint, headers=headers, body=body, timeout=self.timeout)
+
+    def parse(self, response: HttpResponse) -> str:
+        """``choices[0].message.content``; refuses cut, filtered or malformed replies."""
+        payload = response.json()
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise SummarizerError(f"{self.endpoint}: the reply has no choices: {str(payload)[:300]}")
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):  # some compatible servers return content parts
+            content = "".join(
+                t for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str)
+            )
+        if finish == "length":
+            raise SummarizerError(
+                f"{self.endpoint}: the summary was cut at the output limit (finish_reason 'length'); "
+                "raise max_output_tokens or ask for a shorter summary"
+            )
+        if finish == "content_filter":
+            raise SummarizerError(f"{self.endpoint}: the summary was withheld by a content filter")
+        if finish == "tool_calls":
+            raise SummarizerError(f"{self.endpoint}: the model tried to call a tool instead of summarizing")
+        text = clean_summary(content) if isinstance(content, str) else ""
+        if not text:
+            raise RetryableReply(f"{self.endpoint}: the reply was empty")
+        return text

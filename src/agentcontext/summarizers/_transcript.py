@@ -1,0 +1,96 @@
+"""How a summarizer sees the conversation: a transcript with tool calls and their arguments, and its language.
+
+Kimi CLI's compaction rendered text parts only, so the summarizer never saw
+which commands ran or which files were edited; here every tool call is shown
+with its name and arguments, and every result with the call it answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from ..messages import Message, tool_call_index, tool_name_for
+
+__all__ = ["Language", "detect_language", "render_transcript", "summary_kind"]
+
+Language = Literal["en", "zh"]
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+# Tags the transcript uses; text inside messages that closes them is defused so a
+# message cannot end the transcript early and speak as the prompt (injection).
+_OUR_TAGS = re.compile(
+    r"</?(transcript|message|tool_call|tool_result|previous_summary|current_request)\b", re.I
+)
+
+
+def summary_kind(message: Message) -> str | None:
+    """The ``kind`` agentcontext gave a synthetic message (``"summary"``, ``"masked"``...), else None."""
+    meta = message.metadata.get("agentcontext")
+    if isinstance(meta, dict):
+        kind = meta.get("kind")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def detect_language(messages: Iterable[Message]) -> Language:
+    """The conversation's main language, from what the user and assistant wrote (tool output excluded).
+
+    Chinese when CJK ideographs make up at least a quarter of the words
+    (an ideograph counted as a word), else English. Tool output is left out
+    because an agent working on an English code base for a Chinese user still
+    owes that user a Chinese summary.
+    """
+    cjk = 0
+    latin = 0
+    for m in messages:
+        if m.role not in ("user", "assistant") or summary_kind(m) not in (None, "summary", "verbatim"):
+            continue
+        text = m.text
+        cjk += len(_CJK.findall(text))
+        latin += len(_LATIN_WORD.findall(text))
+    if cjk and cjk >= 0.25 * (cjk + latin):
+        return "zh"
+    return "en"
+
+
+def _defuse(text: str) -> str:
+    return _OUR_TAGS.sub(lambda m: m.group(0).replace("<", "&lt;", 1), text)
+
+
+def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int | None = None) -> str:
+    """The messages as an XML-ish transcript: text, tool calls with arguments, results with their call.
+
+    Args:
+        messages: the messages to render.
+        max_chars_per_message: cut longer message texts in the middle (None: no cut).
+    """
+    calls = tool_call_index(messages)
+    lines: list[str] = ["<transcript>"]
+    for i, m in enumerate(messages):
+        kind = summary_kind(m)
+        attrs = f'index="{i}" role="{m.role}"'
+        if m.role == "tool":
+            attrs += f' call_id="{m.tool_call_id}" tool="{tool_name_for(m, calls)}"'
+        if kind == "verbatim":
+            attrs += ' kept_verbatim="true"'
+        elif kind is not None:
+            attrs += f' note="{kind} (written by agentcontext)"'
+        body = _defuse(m.text)
+        if max_chars_per_message is not None and len(body) > max_chars_per_message:
+            half = max_chars_per_message // 2
+            body = body[:half] + f"\n[... {len(body) - 2 * half:,} characters omitted ...]\n" + body[-half:]
+        if m.images:
+            body += "".join("\n[image]" for _ in m.images)
+        lines.append(f"<message {attrs}>")
+        if body:
+            lines.append(body)
+        for call in m.tool_calls:
+            lines.append(
+                f'<tool_call id="{call.id}" name="{call.name}">{_defuse(call.arguments)}</tool_call>'
+            )
+        lines.append("</message>")
+    lines.append("</transcript>")
+    return "\n".join(lines)
