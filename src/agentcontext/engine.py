@@ -262,6 +262,11 @@ class EngineStats:
     overflows: int = 0
     """Calls that raised `ContextOverflowError`."""
     summarizer_failures: int = 0
+    """Summarizer calls that raised (each one made its strategy fall back)."""
+    summaries: int = 0
+    """Summaries inserted."""
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    """Strategy fallbacks by reason (``"summarizer_error"``, ``"over_target"``, ``"no_progress"``...)."""
     _ratio_sum: float = 0.0
     _usage_sum: float = 0.0
 
@@ -295,6 +300,8 @@ class EngineStats:
             "truncations": self.truncations,
             "overflows": self.overflows,
             "summarizer_failures": self.summarizer_failures,
+            "summaries": self.summaries,
+            "fallbacks": dict(self.fallbacks),
         }
 
 
@@ -326,25 +333,44 @@ class _Counted:
 
 
 def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, Strategy]:
-    """The default pipeline per level.
+    """The default pipeline per level: mask, summarize, then drop (or hard-truncate).
 
-    Normal masks old tool results (keep 3) when that frees enough, then drops
-    the oldest rounds to the target; Aggressive keeps one recent result and
-    shortens old tool-call arguments too; Emergency adds hard truncation.
+    Normal masks old tool results (keep 3) when that frees enough, summarizes
+    the oldest part (the newest 30% kept verbatim, the user's messages kept in
+    the ledger) and, should the summary fall back, drops the oldest rounds to
+    the target. Aggressive keeps one recent result, shortens old tool-call
+    arguments and keeps 20% verbatim. Emergency (at or over the limit) tries a
+    summary too, chunked so the summarizer never sees more than it can read,
+    before hard truncation guarantees the fit.
+
+    With no summarizer or the offline `ExtractiveSummarizer`, summarizing costs
+    no more than masking and keeps the identifiers masking would drop, so it
+    runs first; with an LLM summarizer, masking runs first to spare model calls.
     """
-    del summarizer  # the summarize tier joins these pipelines when configured (summarization issue)
+    from .strategies.summarize import Summarize
+    from .summarizers._extractive import ExtractiveSummarizer
+
+    offline = summarizer is None or isinstance(summarizer, ExtractiveSummarizer)
+
+    def tiers(mask: Strategy, summarize: Strategy, last: Strategy) -> tuple[Strategy, ...]:
+        return (summarize, mask, last) if offline else (mask, summarize, last)
+
     return {
-        Level.NORMAL: Tiered(tiers=(MaskObservations(keep_recent=3), TokenBudget()), name="normal"),
+        Level.NORMAL: Tiered(
+            tiers=tiers(MaskObservations(keep_recent=3), Summarize(), TokenBudget()), name="normal"
+        ),
         Level.AGGRESSIVE: Tiered(
-            tiers=(
+            tiers=tiers(
                 MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=400),
+                Summarize(keep_recent=0.2),
                 TokenBudget(),
             ),
             name="aggressive",
         ),
         Level.EMERGENCY: Tiered(
-            tiers=(
+            tiers=tiers(
                 MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
+                Summarize(keep_recent=0.1),
                 HardTruncate(),
             ),
             name="emergency",
@@ -364,7 +390,8 @@ class ContextEngine:
         counter: the token counter (default: the best one for the model).
         thresholds: soft / warn / hard levels and the compaction target.
         pipelines: the strategy to run at each level (default: `default_pipelines`).
-        summarizer: used by summarize tiers; none by default.
+        summarizer: writes the summaries of summarize tiers (default: the offline, deterministic
+            `ExtractiveSummarizer`, counting with ``counter``; pass an LLM summarizer for model-written ones).
         truncator: cuts oversized tool outputs when they arrive (default: one sized to
             a quarter of the budget, keeping full outputs in memory; pass your own with a
             `FileArtifactStore` to keep them on disk). None disables ingest truncation.
@@ -424,7 +451,13 @@ class ContextEngine:
         self.counter = counter
         self.thresholds = thresholds or Thresholds()
         self.budget = max(int((window - reserve) * (1.0 - safety_margin)), 1)
-        self.summarizer = summarizer
+        if summarizer is None:
+            from .summarizers._extractive import ExtractiveSummarizer
+
+            # Offline and deterministic: the default engine summarizes without a model.
+            self.summarizer: Summarizer = ExtractiveSummarizer(counter=counter)
+        else:
+            self.summarizer = summarizer
         self.pipelines = (
             dict(pipelines) if pipelines is not None else default_pipelines(summarizer=summarizer)
         )
@@ -772,6 +805,12 @@ class ContextEngine:
     def _record(self, report: Report) -> None:
         s = self.stats
         s._usage_sum += report.tokens_after / report.budget
+        for a in report.actions:
+            if a.kind == "summarized":
+                s.summaries += 1
+            elif a.kind == "fallback":
+                code = a.reason.split(":", 1)[0].strip() or a.strategy
+                s.fallbacks[code] = s.fallbacks.get(code, 0) + 1
         if report.compacted:
             s.compactions[max(report.level, Level.NORMAL).label] += 1
             s.escalations += max(report.attempts - 1, 0)
