@@ -1,0 +1,226 @@
+"""Loopback HTTP servers that speak OpenAI's Chat Completions and Anthropic's Messages protocols.
+
+Tests script what the server answers (a summary, a 429 with Retry-After, a 500,
+a reply that arrives too late, an empty or an over-long completion, a dropped
+connection) and read back the requests it received. The servers are real
+(stdlib ``http.server`` on a free 127.0.0.1 port, in a thread) and check
+requests the way the real APIs do (a required ``max_tokens``, the
+``anthropic-version`` header, JSON bodies), so the summarizers are tested over
+real HTTP, without any SDK or mock.
+
+>>> with LLMServer("openai") as server:                     # doctest: +SKIP
+...     server.script(openai_ok("the summary"))
+...     OpenAISummarizer(model="m", base_url=server.url).summarize(request)
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+Protocol = Literal["openai", "anthropic"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before answering (longer than the client's timeout: a timeout)."""
+    drop: bool = False
+    """Close the connection without answering."""
+
+
+def openai_ok(text: str | None, *, finish_reason: str = "stop", model: str = "test-model") -> Reply:
+    """A Chat Completions reply carrying ``text``."""
+    return Reply(
+        body={
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    )
+
+
+def anthropic_ok(text: str, *, stop_reason: str = "end_turn", model: str = "test-model") -> Reply:
+    """A Messages reply carrying ``text``."""
+    content = [{"type": "text", "text": text}] if text else []
+    return Reply(
+        body={
+            "id": "msg_test",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    )
+
+
+def error(
+    status: int, message: str = "error", *, kind: str = "api_error", retry_after: str | None = None
+) -> Reply:
+    """An error reply in the shape both APIs use (``{"error": {"type", "message"}}``)."""
+    headers = {"retry-after": retry_after} if retry_after is not None else {}
+    return Reply(
+        status=status, body={"type": "error", "error": {"type": kind, "message": message}}, headers=headers
+    )
+
+
+@dataclass
+class Received:
+    """A request the server got."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class LLMServer:
+    """A scripted OpenAI- or Anthropic-protocol server on a free loopback port.
+
+    Use as a context manager. `script` sets the replies, in order; the last one
+    repeats. `requests` holds every request received.
+    """
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+        self.requests: list[Received] = []
+        self._replies: list[Reply] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def url(self) -> str:
+        """The base URL to give a summarizer (``/v1`` included for OpenAI, as its SDK expects)."""
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        root = f"http://{host}:{port}"
+        return root + "/v1" if self.protocol == "openai" else root
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies = list(replies)
+            self.requests.clear()
+
+    def _next(self) -> Reply:
+        with self._lock:
+            if not self._replies:
+                return error(500, "no scripted reply")
+            return self._replies.pop(0) if len(self._replies) > 1 else self._replies[0]
+
+    def __enter__(self) -> LLMServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with server._lock:
+                    server.requests.append(Received(path=self.path, headers=headers, body=body))
+                problem = server._validate(self.path, headers, body)
+                reply = error(400, problem, kind="invalid_request_error") if problem else server._next()
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.drop:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                payload = json.dumps(reply.body).encode() if reply.body is not None else b""
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (a timeout test)
+                    self.close_connection = True
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ what the real APIs check
+
+    def _validate(self, path: str, headers: dict[str, str], body: Any) -> str | None:
+        if not isinstance(body, dict):
+            return "the body must be a JSON object"
+        if self.protocol == "openai":
+            if path != "/v1/chat/completions":
+                return f"unknown path {path}"
+            if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
+                return "model and messages are required"
+            for m in body["messages"]:
+                if m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+                    return f"invalid role {m.get('role')!r}"
+            return None
+        if path != "/v1/messages":
+            return f"unknown path {path}"
+        if "anthropic-version" not in headers:
+            return "anthropic-version header is required"
+        if "x-api-key" not in headers:
+            return "x-api-key header is required"
+        if not isinstance(body.get("max_tokens"), int):
+            return "max_tokens: Field required"
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return "messages: at least one message is required"
+        for m in messages:
+            if m.get("role") not in ("user", "assistant"):
+                return f"messages: unexpected role {m.get('role')!r}"
+        return None
+
+
+@contextmanager
+def closed_port() -> Iterator[str]:
+    """A loopback URL on which nothing listens (connection refused)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    yield f"http://127.0.0.1:{port}/v1"
