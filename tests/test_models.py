@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import doctest
-import importlib
 import math
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -536,13 +536,6 @@ def test_docstring_examples_run() -> None:
     assert doctest.testmod(models, raise_on_error=False).failed == 0
 
 
-_HAS_COUNTERS = hasattr(importlib.import_module("agentcontext.tokens"), "counter_for_tokenizer")
-needs_counters = pytest.mark.skipif(
-    not _HAS_COUNTERS, reason="agentcontext.tokens.counter_for_tokenizer has not landed yet"
-)
-
-
-@needs_counters
 def test_counter_for_picks_the_exact_encoding_for_openai_models() -> None:
     counter = models.counter_for("gpt-4o-2024-08-06")
     assert "o200k" in counter.name
@@ -551,7 +544,6 @@ def test_counter_for_picks_the_exact_encoding_for_openai_models() -> None:
     assert models.counter_for(models.get("gpt-4o")).name == counter.name
 
 
-@needs_counters
 def test_counter_for_estimates_models_without_a_public_tokenizer() -> None:
     counter = models.counter_for("claude-sonnet-4-5")
     assert "estimate" in counter.name
@@ -561,3 +553,25 @@ def test_counter_for_estimates_models_without_a_public_tokenizer() -> None:
 def test_counter_for_unknown_model_raises() -> None:
     with pytest.raises(UnknownModelError):
         models.counter_for("no-such-model-anywhere")
+
+
+def test_counter_for_a_registered_open_model_uses_its_tokenizer_file(
+    registered: Callable[..., None], tmp_path: Path
+) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<unk>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(["an open model reads its own tokenizer file"] * 20, trainer=trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    spec = _spec("acme-open", provider="meta", tokenizer=f"hf:{path}")
+    assert spec.estimate_margin == 0.0  # exact counts need no margin
+    registered(spec)
+    counter = models.counter_for("acme-open-instruct")
+    text = "an open model reads files"
+    assert counter.count_text(text) == len(tok.encode(text).ids)

@@ -34,7 +34,6 @@ read-only view other modules may hold).
 from __future__ import annotations
 
 import difflib
-import importlib
 import math
 import re
 import threading
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
-from .exceptions import ConfigError, TokenizerError, UnknownModelError
+from .exceptions import ConfigError, UnknownModelError
 
 if TYPE_CHECKING:
     from .tokens._base import TokenCounter
@@ -109,7 +108,8 @@ class ModelSpec:
     reply is only bounded by the window (open-weight models, GPT-4's 8K)."""
     tokenizer: str
     """``"o200k_base"`` or ``"cl100k_base"`` (exact, offline), ``"estimate"`` (the
-    script-aware estimator) or ``"hf:<path or repo>"`` (a Hugging Face ``tokenizer.json``)."""
+    script-aware estimator) or ``"hf:<path to tokenizer.json>"`` (a local Hugging Face
+    tokenizer file, for open-weight models; nothing is downloaded)."""
     input_price: float | None = None
     """USD per million uncached input tokens."""
     cached_input_price: float | None = None
@@ -228,7 +228,7 @@ def _check_tokenizer(value: object, *, where: str) -> None:
         return
     raise ConfigError(
         f"{where}: tokenizer {value!r} is not one of 'o200k_base', 'cl100k_base', 'estimate' "
-        "or 'hf:<path or Hugging Face repo>'"
+        "or 'hf:<path to tokenizer.json>'"
     )
 
 
@@ -714,29 +714,26 @@ def get(name: str) -> ModelSpec:
 def counter_for(model: str | ModelSpec) -> TokenCounter:
     """Return the best token counter for a model: exact where a tokenizer ships, else the estimator.
 
+    OpenAI models get their exact tiktoken encoding (offline); models without a
+    public tokenizer get the script-aware estimator, which errs high (the engine
+    adds the spec's ``estimate_margin`` on top). For an open-weight model, register
+    a spec with ``tokenizer="hf:/path/to/tokenizer.json"`` to count exactly. The
+    counter is shared process-wide per tokenizer (see
+    `agentcontext.tokens.counter_for_tokenizer`), so its cache serves every engine.
+
     Args:
         model: a model name (resolved with `get`) or a `ModelSpec`.
 
     Raises:
         UnknownModelError: ``model`` is a name no registered model matches.
         TokenizerError: the spec's tokenizer data is missing or corrupt.
+        MissingDependencyError: an ``hf:`` tokenizer without ``agentcontext[hf]`` installed.
     """
     spec = model if isinstance(model, ModelSpec) else get(model)
     # Imported here so this module (and `get`) works without loading tiktoken.
-    # Looked up by name while agentcontext.tokens is being written in parallel;
-    # becomes a plain `from .tokens import counter_for_tokenizer` once it lands.
-    from .tokens._base import TokenCounter
+    from .tokens import counter_for_tokenizer
 
-    factory = getattr(importlib.import_module("agentcontext.tokens"), "counter_for_tokenizer", None)
-    if not callable(factory):
-        raise TokenizerError(
-            "agentcontext.tokens.counter_for_tokenizer is not available in this installation; "
-            "reinstall agentcontext"
-        )
-    counter = factory(spec.tokenizer)
-    if not isinstance(counter, TokenCounter):
-        raise TokenizerError(f"counter_for_tokenizer({spec.tokenizer!r}) did not return a TokenCounter")
-    return counter
+    return counter_for_tokenizer(spec.tokenizer)
 
 
 # --------------------------------------------------------------------------
