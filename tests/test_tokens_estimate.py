@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from agentcontext.exceptions import ConfigError
 from agentcontext.tokens import (
     TOKENIZER_NAMES,
+    ChatFormat,
     ScriptEstimator,
     TiktokenCounter,
     TokenCounter,
@@ -126,6 +127,12 @@ def test_counter_for_tokenizer_maps_names_to_shared_counters() -> None:
     assert counter_for_tokenizer("cl100k_base").name == "tiktoken:cl100k_base"
     assert isinstance(counter_for_tokenizer("estimate"), ScriptEstimator)
     assert counter_for_tokenizer(o200k.name) is o200k
+    claude = ChatFormat(image_provider="anthropic", tools_preamble=346)
+    estimate = counter_for_tokenizer("estimate", chat_format=claude)
+    assert estimate is counter_for_tokenizer(
+        "estimate", chat_format=ChatFormat(image_provider="anthropic", tools_preamble=346)
+    )
+    assert estimate is not counter_for_tokenizer("estimate") and estimate.chat_format == claude
 
 
 @pytest.mark.parametrize("bad", ["p50k_base", "gpt-4o", "", "hf:"])

@@ -1,19 +1,26 @@
 """`ScriptEstimator`: token estimates for models without a public tokenizer.
 
 "Characters divided by four" is right for English prose only: it undercounts
-JSON by a quarter and Chinese by more than half, and an undercount is what
-overflows a context window. This estimator counts what drives a BPE
+JSON tool output by a quarter and Chinese by more than half, and an undercount
+is what overflows a context window. This estimator counts what drives a BPE
 tokenizer's output instead (words, letters, case changes inside identifiers,
 digit groups, punctuation, line breaks and indentation, and characters of each
-script: CJK ideographs, kana, Hangul, other alphabets, symbols, emoji) and
-weighs each with a coefficient fitted by least squares against exact
-``o200k_base`` counts on real text (English prose, source code, JSON tool
-output, Chinese, and other languages). ``bench/estimator_fit.py`` rebuilds the
-fit; its error per kind of text is in ``bench/RESULTS.md``.
+script: frequent and other CJK ideographs, kana, Hangul, other alphabets,
+symbols, emoji) and weighs each with a coefficient fitted by non-negative least
+squares against exact ``o200k_base`` counts on real text.
 
-Feature extraction makes a handful of C-level passes (regex substitutions for
-the non-ASCII scripts, one byte translation, pattern counts): no Python loop
-over characters, no numpy.
+One set of ratios cannot serve every kind of text (a letter costs more in JSON
+keys than in English prose), so there is one coefficient set per kind (prose,
+code, JSON, CJK, other languages) and a small softmax gate, fitted on the same
+corpus, that weighs the sets by how the text looks (its feature densities):
+mixed text gets a blend, not a switch. Each set is scaled so its median error
+is slightly above zero, so the estimator errs high. ``bench/estimator_fit.py``
+rebuilds the fit; its held-out error per kind of text is in ``bench/RESULTS.md``
+(median +0.5% to +2.8%, whole conversations within a few percent).
+
+Feature extraction makes a handful of C-level passes over the UTF-8 bytes (one
+regex substitution for frequent ideographs, byte translations, pattern counts):
+no Python loop over characters, no numpy. About 25 MB/s, faster than tiktoken.
 """
 
 from __future__ import annotations

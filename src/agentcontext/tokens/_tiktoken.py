@@ -5,7 +5,7 @@ from __future__ import annotations
 import tiktoken
 
 from ._base import DEFAULT_CACHE_SIZE, OPENAI_CHAT, BaseTokenCounter, ChatFormat
-from ._encodings import load_encoding
+from ._encodings import ENCODING_NAMES, load_encoding
 
 __all__ = ["TiktokenCounter"]
 
@@ -46,8 +46,6 @@ class TiktokenCounter(BaseTokenCounter):
             ConfigError: an unknown encoding or a bad option.
         """
         super().__init__(chat_format=chat_format, cache_size=cache_size)
-        from ._encodings import ENCODING_NAMES
-
         if encoding not in ENCODING_NAMES:
             load_encoding(encoding)  # raises ConfigError listing the known names
         self._encoding_name = encoding
