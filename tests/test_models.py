@@ -353,7 +353,7 @@ def test_concurrent_registration_loses_nothing() -> None:
         ({"aliases": "acme"}, "aliases"),
         ({"aliases": ("ok", "")}, "alias"),
         ({"source": None}, "source"),
-        ({"estimate_margin": 1.0}, "estimate_margin"),
+        ({"estimate_margin": 0.5}, "estimate_margin"),
         ({"estimate_margin": -0.1}, "estimate_margin"),
     ],
 )
