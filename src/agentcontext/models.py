@@ -186,7 +186,9 @@ class ModelSpec:
         if isinstance(margin, float) and math.isnan(margin):
             margin = ESTIMATE_MARGIN if self.tokenizer == "estimate" else 0.0
         if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0.0 <= margin < 0.5:
-            raise ConfigError(f"{where}: estimate_margin must be a number in [0, 0.5) (the engine's safety_margin range), got {margin!r}")
+            raise ConfigError(
+                f"{where}: estimate_margin must be a number in [0, 0.5) (the engine's safety_margin range), got {margin!r}"
+            )
         object.__setattr__(self, "estimate_margin", float(margin))
 
     @property
