@@ -1,0 +1,154 @@
+"""The `agentcontext` command, end to end through its entry point (subprocesses, real files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentcontext.formats import openai as oai
+from agentcontext.invariants import check_messages
+from agentcontext.tokens import TiktokenCounter
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "django-11133.jsonl"
+
+
+def run(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
+    return subprocess.run(
+        [sys.executable, "-m", "agentcontext", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentcontext: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_console_script_is_installed() -> None:
+    exe = shutil.which("agentcontext")
+    assert exe is not None
+    proc = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "fit" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["fit", "count", "models"])
+def test_every_command_has_help_with_an_example(command: str) -> None:
+    proc = run(command, "--help")
+    assert proc.returncode == 0
+    assert "Example" in proc.stdout
+
+
+def test_fit_writes_fitting_valid_messages_and_a_report(tmp_path: Path) -> None:
+    out, report = tmp_path / "fitted.jsonl", tmp_path / "report.json"
+    proc = run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--reserve", "2000", "-o", str(out), "--report", str(report))
+    assert proc.returncode == 0, proc.stderr
+    dicts = [json.loads(line) for line in out.read_text().splitlines()]
+    messages = oai.to_messages(dicts)
+    assert check_messages(messages) == []
+    data = json.loads(report.read_text())
+    assert data["budget"] == 14_000 and data["tokens_after"] <= 14_000
+    assert TiktokenCounter("o200k_base").count_messages(messages) == data["tokens_after"]
+    assert data["compacted"] and data["actions"]
+    original = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    assert dicts[0] == original[0]  # the system prompt, verbatim
+    assert "->" in proc.stderr and "tokens" in proc.stderr
+
+
+def test_fit_reads_stdin_and_keeps_the_json_array_layout() -> None:
+    conversation = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    proc = run("fit", "-", "--model", "gpt-4o", stdin=json.dumps(conversation))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == conversation  # under the soft limit: unchanged
+
+
+@pytest.mark.parametrize(
+    ("stdin", "needles"),
+    [
+        ("not json at all", ("not a conversation",)),
+        ('[{"role": "user", "content": "hi"}, ]', ("not valid JSON", "line 1")),
+        ('{"role": "user", "content": "hi"}\n{"content": "no role"}\n', ("message 1", "role")),
+        ("[1, 2]", ("message 0", "int")),
+        ('[{"role": "wizard", "content": "hi"}]', ("message 0", "wizard")),
+        ('[{"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]', ("arguments",)),
+    ],
+)
+def test_fit_bad_input_gets_one_clear_line_and_exit_3(stdin: str, needles: tuple[str, ...]) -> None:
+    assert_one_line_error(run("fit", "-", "--model", "gpt-4o", stdin=stdin), 3, *needles)
+
+
+def test_fit_unknown_model_suggests_close_names() -> None:
+    proc = run("fit", str(EXAMPLE), "--model", "gpt4o")
+    assert_one_line_error(proc, 3, "gpt4o", "gpt-4o")
+
+
+def test_fit_missing_file_and_directory(tmp_path: Path) -> None:
+    assert_one_line_error(run("fit", str(tmp_path / "nope.jsonl"), "--model", "gpt-4o"), 3, "no such file")
+    assert_one_line_error(run("fit", str(tmp_path), "--model", "gpt-4o"), 3, "directory")
+
+
+def test_fit_that_cannot_fit_exits_4_with_the_numbers() -> None:
+    conversation = [{"role": "user", "content": "word " * 3000}]
+    proc = run("fit", "-", "--model", "gpt-4o", "--window", "1000", "--reserve", "200", stdin=json.dumps(conversation))
+    assert_one_line_error(proc, 4, "does not fit", "800")
+
+
+def test_fit_strict_refuses_invalid_conversations() -> None:
+    conversation = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "user", "content": "and?"},
+    ]
+    proc = run("fit", "-", "--model", "gpt-4o", "--strict", stdin=json.dumps(conversation))
+    assert_one_line_error(proc, 3, "never answered")
+    lenient = run("fit", "-", "--model", "gpt-4o", stdin=json.dumps(conversation))
+    assert lenient.returncode == 0
+    assert [d["role"] for d in json.loads(lenient.stdout)] == ["user", "assistant", "tool", "user"]
+
+
+def test_bad_option_values_are_usage_errors() -> None:
+    assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "-5"), 3, "--window")
+    assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--soft", "0.3", "--target", "0.5"), 3, "thresholds")
+    proc = run("fit", str(EXAMPLE))
+    assert proc.returncode == 2 and "--model" in proc.stderr
+
+
+def test_count_conversation_and_text(tmp_path: Path) -> None:
+    proc = run("count", str(EXAMPLE), "--model", "gpt-4o", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    msgs = oai.to_messages([json.loads(line) for line in EXAMPLE.read_text().splitlines()])
+    assert data["tokens"] == TiktokenCounter("o200k_base").count_messages(msgs)
+    assert data["by_role"]["tool"]["messages"] == sum(1 for m in msgs if m.role == "tool")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello world, 你好世界\n", encoding="utf-8")
+    proc = run("count", str(text), "--model", "gpt-4o", "--json")
+    assert json.loads(proc.stdout)["tokens"] == TiktokenCounter("o200k_base").count_text(text.read_text(encoding="utf-8"))
+    table = run("count", str(EXAMPLE), "--model", "gpt-4o")
+    assert table.returncode == 0 and "tool: bash" in table.stdout
+    assert "\x1b[" not in table.stdout  # no colour codes when stdout is not a terminal
+
+
+def test_models_lists_the_registry() -> None:
+    proc = run("models", "--json")
+    rows = json.loads(proc.stdout)
+    names = {r["name"] for r in rows}
+    assert {"gpt-4o", "gpt-4.1"} <= names
+    # Some providers let the output take the whole window (Kimi, Llama); never more than it.
+    assert all(r["context_window"] >= r["max_output_tokens"] for r in rows)
