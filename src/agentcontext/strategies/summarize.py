@@ -128,7 +128,8 @@ class Summarize:
         max_input_tokens: the most the summarizer reads in one request; a longer
             part is summarized in chunks, then the chunk summaries are summarized
             (so it works even when the context is already over the limit).
-            None means three quarters of the engine's budget.
+            None assumes the summarizer reads as much as the agent's model: the
+            engine's budget less about 1,000 tokens for the prompt (at least 3/4 of it).
         reprompt_missing: when identifiers (paths, URLs, ids, numbers with units,
             error names) of the summarized part are missing from the summary, ask
             once more, listing them; keep the better summary. Default False (one
@@ -356,7 +357,9 @@ class Summarize:
         _, latest_user = essential_indices(msgs)
         current = msgs[latest_user].text[:4000] if latest_user is not None else None
         prev_text = summary_text(previous) if previous is not None else None
-        limit = self.max_input_tokens or max(ctx.budget * 3 // 4, 256)
+        # By default the summarizer is assumed to read as much as the agent's model (its prompt aside),
+        # so chunking starts when the part to summarize is over the budget: the context is over the limit.
+        limit = self.max_input_tokens or max(ctx.budget - 1024, ctx.budget * 3 // 4, 256)
         try:
             text = yield from self._summarize(items, prev_text, current, plan.room, limit, None, ctx)
         except _Fallback:

@@ -94,6 +94,7 @@ _ERROR_LINE = re.compile(
     r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception)\b|\bFAILED\b|\bERROR\b|\berror(?:\[\w+\])?:|\bfatal:|\bpanic:|"
     r"\bfailed\b|\bnot found\b|\bNo such file\b|\bcommand not found\b|失败|错误|异常"
 )
+_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception)\b")
 _TRACEBACK_HEAD = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 # What a command does to the path right after these words (checked on the 60 characters before it).
 _CREATE = re.compile(
@@ -162,13 +163,13 @@ def parse_snapshot(text: str) -> dict[str, list[str]] | None:
     the goal section maps to one item, its whole text.
     """
     sections: dict[str, list[str]] = {}
-    found = False
-    for m in re.finditer(r"<([^<>/\s]+)>\n?(.*?)\n?</\1>", text, re.S):
-        key = _SECTION_OF_TAG.get(m.group(1))
-        if key is None or key == "state_snapshot":
+    for tag, key in _SECTION_OF_TAG.items():
+        if key == "state_snapshot" or key in sections:
             continue
-        found = True
-        body = m.group(2)
+        m = re.search(f"<{re.escape(tag)}>\n?(.*?)\n?</{re.escape(tag)}>", text, re.S)
+        if m is None:
+            continue
+        body = m.group(1)
         if key == "overall_goal":
             sections[key] = [body.strip()] if body.strip() else []
             continue
@@ -181,7 +182,7 @@ def parse_snapshot(text: str) -> dict[str, list[str]] | None:
             elif line.strip():
                 items.append(line.strip())
         sections[key] = items
-    return sections if found else None
+    return sections or None
 
 
 def _split_label(item: str) -> tuple[str | None, str]:
@@ -614,12 +615,14 @@ def _outcome(text: str, lang: Language) -> str:
     if m:
         exit_code = next(g for g in m.groups() if g is not None)
     errors = list(_error_lines(text))
+    # An exception line says more than a generic "FAILED" or "error:" line.
+    named = [e for e in errors if _EXCEPTION.search(e)]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("<")]
     parts: list[str] = []
     if exit_code is not None:
         parts.append(f"{labels['exit']} {exit_code}")
     if errors:
-        parts.append(_cut(errors[-1], 160))
+        parts.append(_cut((named or errors)[-1], 160))
     elif lines:
         parts.append(_cut(lines[0], 100))
     elif not text.strip():
