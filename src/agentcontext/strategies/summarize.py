@@ -237,12 +237,27 @@ class Summarize:
                 return suffix[p] <= keep
 
         at_user = [p for p in points if preferred(p) and p < n and is_user_request(msgs[p])]
-        elsewhere = [p for p in points if preferred(p) and p not in at_user]
+        user_points = set(at_user)
+        elsewhere = [p for p in points if preferred(p) and p not in user_points]
         head_tokens = sum(counts[i] for i in head_idx)
         # The preamble and tags around the summary, plus a margin for the count of covered messages.
         wrapper = (
             ctx.count(self._summary_message("", covers=("x",) * 9, previous=None, anchor=None, lang=lang)) + 8
         )
+        # What every split keeps: when that alone leaves no room, say so at once (O(1)) rather than
+        # trying every split point, which would cost O(n^2) at every step of a context stuck there.
+        floor = (
+            head_tokens
+            + wrapper
+            + ctx.reply_overhead
+            + (counts[latest_user] if latest_user is not None else 0)
+        )
+        if ctx.target - floor < self.min_summary_tokens:
+            raise _Fallback(
+                "no_room",
+                f"the system prompt and the latest request alone take {floor:,} of the {ctx.target:,}-token "
+                "target, leaving no room for a summary",
+            )
         ack_tokens = ctx.count(self._ack_message(msgs[0], lang))
         # The first split that leaves the summary its share of the target; else the first that leaves
         # it any useful room. Keeping a few more recent messages verbatim is not worth a summary too
