@@ -17,7 +17,8 @@ usage error also subclasses the builtin a Python programmer would expect
     ├── StoreError                          a session store cannot be read or written
     │   ├── SessionLockedError              another writer holds the session
     │   └── ConcurrencyError                an append lost an optimistic race
-    └── RecallError (LookupError)           a recall reference names nothing
+    ├── RecallError (LookupError)           a recall reference names nothing
+    └── MissingDependencyError (ImportError) an optional extra is not installed
 
 Constructors only store their arguments: no logging, no I/O.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "ContextOverflowError",
     "InvalidConversationError",
     "InvalidMessageError",
+    "MissingDependencyError",
     "RecallError",
     "SessionLockedError",
     "StoreError",
@@ -150,3 +152,7 @@ class RecallError(AgentContextError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class MissingDependencyError(AgentContextError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

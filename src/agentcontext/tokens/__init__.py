@@ -19,6 +19,7 @@ bounded per-message cache):
 4
 """
 
+from ..exceptions import MissingDependencyError
 from ._base import (
     CHATML,
     DEFAULT_CACHE_SIZE,
@@ -31,7 +32,7 @@ from ._base import (
 from ._calibrate import CalibratedCounter, Calibration
 from ._encodings import ENCODING_NAMES, load_encoding
 from ._estimate import ScriptEstimator
-from ._hf import HuggingFaceCounter, MissingDependencyError
+from ._hf import HuggingFaceCounter
 from ._images import ImageProvider, image_size, image_tokens
 from ._registry import TOKENIZER_NAMES, counter_for_tokenizer
 from ._tiktoken import TiktokenCounter

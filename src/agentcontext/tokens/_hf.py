@@ -6,17 +6,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..exceptions import AgentContextError, TokenizerError
+from ..exceptions import MissingDependencyError, TokenizerError
 from ._base import CHATML, DEFAULT_CACHE_SIZE, BaseTokenCounter, ChatFormat
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["HuggingFaceCounter", "MissingDependencyError"]
-
-
-class MissingDependencyError(AgentContextError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""
+__all__ = ["HuggingFaceCounter"]
 
 
 def _import_tokenizers() -> type[Tokenizer]:
