@@ -221,24 +221,7 @@ class Summarize:
         points = [p for p in safe_split_points(msgs) if h < p <= limit and (p == n or msgs[p].role != "tool")]
         if not points:
             raise _Fallback("nothing_to_summarize", "no safe split point after the system prompt")
-        body = suffix[h]
-        if self.keep_rounds is not None:
-            starts = [i for i in range(h, n) if is_user_request(msgs[i])]
-            first_kept = starts[-self.keep_rounds] if 0 < self.keep_rounds <= len(starts) else n
-            if self.keep_rounds > len(starts):
-                first_kept = h + 1
-
-            def preferred(p: int) -> bool:
-                return p >= first_kept
-        else:
-            keep = self.keep_recent * body
-
-            def preferred(p: int) -> bool:
-                return suffix[p] <= keep
-
-        at_user = [p for p in points if preferred(p) and p < n and is_user_request(msgs[p])]
-        user_points = set(at_user)
-        elsewhere = [p for p in points if preferred(p) and p not in user_points]
+        candidates = self._candidates(msgs, suffix, h, points)
         head_tokens = sum(counts[i] for i in head_idx)
         # The preamble and tags around the summary, plus a margin for the count of covered messages.
         wrapper = (
@@ -264,7 +247,13 @@ class Summarize:
         # small to hold what it covers.
         want = max(self.min_summary_tokens, int(self.summary_share * ctx.target))
         fallback: _Plan | None = None
-        for p in at_user + elsewhere:
+        tried_after_fallback = 0
+        for p in candidates:
+            if fallback is not None:
+                # Bounded search for a roomier split: each try costs O(n) for the ledger.
+                tried_after_fallback += 1
+                if tried_after_fallback > 64:
+                    break
             ledger = self._ledger(msgs, counts, h, p, latest_user, ctx)
             needs_ack = self.acknowledge and p < n and msgs[p].role == "user"
             used = (
@@ -301,6 +290,25 @@ class Summarize:
             f"the newest messages and the user's kept messages leave under {self.min_summary_tokens} tokens "
             f"for a summary within the {ctx.target:,}-token target",
         )
+
+    def _candidates(
+        self, msgs: tuple[Message, ...], suffix: list[int], h: int, points: list[int]
+    ) -> list[int]:
+        """Split points that keep at most the newest share (or the last rounds): user turns first, earliest first."""
+        n = len(msgs)
+        if self.keep_rounds is not None:
+            starts = [i for i in range(h, n) if is_user_request(msgs[i])]
+            if self.keep_rounds > len(starts):
+                first_kept = h + 1  # fewer rounds than asked: any split will do
+            else:
+                first_kept = starts[-self.keep_rounds] if self.keep_rounds else n
+            preferred = [p for p in points if p >= first_kept]
+        else:
+            keep = self.keep_recent * suffix[h]
+            preferred = [p for p in points if suffix[p] <= keep]
+        at_user = [p for p in preferred if p < n and is_user_request(msgs[p])]
+        users = set(at_user)
+        return at_user + [p for p in preferred if p not in users]
 
     def _ledger(
         self,
