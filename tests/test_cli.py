@@ -48,7 +48,7 @@ def test_console_script_is_installed() -> None:
     assert proc.returncode == 0 and "fit" in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["fit", "count", "models"])
+@pytest.mark.parametrize("command", ["fit", "replay", "count", "models"])
 def test_every_command_has_help_with_an_example(command: str) -> None:
     proc = run(command, "--help")
     assert proc.returncode == 0
@@ -57,7 +57,20 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
 
 def test_fit_writes_fitting_valid_messages_and_a_report(tmp_path: Path) -> None:
     out, report = tmp_path / "fitted.jsonl", tmp_path / "report.json"
-    proc = run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--reserve", "2000", "-o", str(out), "--report", str(report))
+    proc = run(
+        "fit",
+        str(EXAMPLE),
+        "--model",
+        "gpt-4o",
+        "--window",
+        "16000",
+        "--reserve",
+        "2000",
+        "-o",
+        str(out),
+        "--report",
+        str(report),
+    )
     assert proc.returncode == 0, proc.stderr
     dicts = [json.loads(line) for line in out.read_text().splitlines()]
     messages = oai.to_messages(dicts)
@@ -86,7 +99,10 @@ def test_fit_reads_stdin_and_keeps_the_json_array_layout() -> None:
         ('{"role": "user", "content": "hi"}\n{"content": "no role"}\n', ("message 1", "role")),
         ("[1, 2]", ("message 0", "int")),
         ('[{"role": "wizard", "content": "hi"}]', ("message 0", "wizard")),
-        ('[{"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]', ("arguments",)),
+        (
+            '[{"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]',
+            ("arguments",),
+        ),
     ],
 )
 def test_fit_bad_input_gets_one_clear_line_and_exit_3(stdin: str, needles: tuple[str, ...]) -> None:
@@ -105,14 +121,28 @@ def test_fit_missing_file_and_directory(tmp_path: Path) -> None:
 
 def test_fit_that_cannot_fit_exits_4_with_the_numbers() -> None:
     conversation = [{"role": "user", "content": "word " * 3000}]
-    proc = run("fit", "-", "--model", "gpt-4o", "--window", "1000", "--reserve", "200", stdin=json.dumps(conversation))
+    proc = run(
+        "fit",
+        "-",
+        "--model",
+        "gpt-4o",
+        "--window",
+        "1000",
+        "--reserve",
+        "200",
+        stdin=json.dumps(conversation),
+    )
     assert_one_line_error(proc, 4, "does not fit", "800")
 
 
 def test_fit_strict_refuses_invalid_conversations() -> None:
     conversation = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "user", "content": "and?"},
     ]
     proc = run("fit", "-", "--model", "gpt-4o", "--strict", stdin=json.dumps(conversation))
@@ -124,7 +154,9 @@ def test_fit_strict_refuses_invalid_conversations() -> None:
 
 def test_bad_option_values_are_usage_errors() -> None:
     assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "-5"), 3, "--window")
-    assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--soft", "0.3", "--target", "0.5"), 3, "thresholds")
+    assert_one_line_error(
+        run("fit", str(EXAMPLE), "--model", "gpt-4o", "--soft", "0.3", "--target", "0.5"), 3, "thresholds"
+    )
     proc = run("fit", str(EXAMPLE))
     assert proc.returncode == 2 and "--model" in proc.stderr
 
@@ -139,7 +171,9 @@ def test_count_conversation_and_text(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("hello world, 你好世界\n", encoding="utf-8")
     proc = run("count", str(text), "--model", "gpt-4o", "--json")
-    assert json.loads(proc.stdout)["tokens"] == TiktokenCounter("o200k_base").count_text(text.read_text(encoding="utf-8"))
+    assert json.loads(proc.stdout)["tokens"] == TiktokenCounter("o200k_base").count_text(
+        text.read_text(encoding="utf-8")
+    )
     table = run("count", str(EXAMPLE), "--model", "gpt-4o")
     assert table.returncode == 0 and "tool: bash" in table.stdout
     assert "\x1b[" not in table.stdout  # no colour codes when stdout is not a terminal
@@ -152,3 +186,34 @@ def test_models_lists_the_registry() -> None:
     assert {"gpt-4o", "gpt-4.1"} <= names
     # Some providers let the output take the whole window (Kimi, Llama); never more than it.
     assert all(r["context_window"] >= r["max_output_tokens"] for r in rows)
+
+
+def test_replay_prints_the_figures_as_json() -> None:
+    proc = run("replay", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["calls"] == 132  # one per assistant message after the first message
+    assert data["violations"] == 0 and data["over_budget"] == 0
+    assert data["peak_tokens"] <= data["budget"] == 12_000
+    assert sum(data["compactions"].values()) >= 1
+    assert 0 < data["cache_share"] < 1
+    assert data["input_cost_with_cache_usd"] < data["input_cost_usd"]
+    assert data["identifiers_retained"] > 0.9
+
+
+def test_replay_compare_table_and_plot(tmp_path: Path) -> None:
+    png = tmp_path / "out" / "tokens.png"
+    proc = run(
+        "replay", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--compare", "--plot", str(png)
+    )
+    assert proc.returncode == 0, proc.stderr
+    for column in ("default", "sliding_window", "token_budget", "masking"):
+        assert column in proc.stdout
+    assert "identifiers retained" in proc.stdout
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_replay_bad_summarizer_is_a_clear_error() -> None:
+    proc = run("replay", str(EXAMPLE), "--model", "gpt-4o", "--summarizer", "gpt-4o")
+    assert_one_line_error(proc, 3, "--summarizer")

@@ -55,7 +55,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser (one sub-command per module)."""
-    from . import _count, _fit, _models
+    from . import _count, _fit, _models, _replay
 
     parser = _Parser(
         prog="agentcontext",
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--no-color", action="store_true", help="no colour in output (also: NO_COLOR=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (_fit, _count, _models):
+    for module in (_fit, _replay, _count, _models):
         module.register(sub, _formatter)
     return parser
 

@@ -1,0 +1,204 @@
+"""``agentcontext replay``: replay a recorded agent conversation through the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .. import models
+from ..engine import ContextEngine, Level, Thresholds
+from ..exceptions import ConfigError, MissingDependencyError
+from ..replay import ReplayResult, replay
+from ..strategies import MaskObservations, SlidingWindow, Strategy, TokenBudget
+from ..summarizers import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
+from . import Consoles
+from ._common import add_model_options
+from ._io import read_conversation
+
+HELP = """Replay a recorded agent conversation (OpenAI format, JSON or JSON Lines) as the agent lived it:
+before each assistant message, the engine prepares the context from everything that came before, as an
+agent loop calls it. Prints model calls, compactions by level, peak and mean context tokens, input tokens
+sent, the share a provider's prompt cache would serve, the cost with and without caching, and the share
+of identifiers from evicted messages still in the context. No API key needed: the default summarizer is
+offline.
+
+Examples:
+  agentcontext replay examples/django-11133.jsonl --model gpt-4o --window 16000
+  agentcontext replay run.jsonl --model gpt-4o --window 32000 --compare --plot tokens.png
+  agentcontext replay run.jsonl --model gpt-4o --summarizer openai:gpt-4o-mini --json"""
+
+STRATEGIES = ("default", "sliding_window", "token_budget", "masking")
+
+
+def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> None:
+    """Add the ``replay`` sub-command."""
+    p = sub.add_parser(
+        "replay",
+        help="replay a recorded conversation through the engine",
+        description=HELP,
+        formatter_class=formatter,
+    )
+    p.add_argument("conversation", help="conversation file (.json or .jsonl), or - for stdin")
+    add_model_options(p)
+    p.add_argument(
+        "--summarizer",
+        default="extractive",
+        help="extractive (offline, default), openai:MODEL or anthropic:MODEL (reads OPENAI_API_KEY / ANTHROPIC_API_KEY)",
+    )
+    p.add_argument(
+        "--base-url", help="API root for an openai: or anthropic: summarizer (e.g. a local vLLM or Ollama)"
+    )
+    p.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="default",
+        help="the compaction strategy (default: the tiered pipeline)",
+    )
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also replay with the plain strategies and print them side by side",
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="draw context tokens per call (needs the plot extra)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON for scripts")
+    p.set_defaults(handler=run)
+
+
+def make_summarizer(spec: str, base_url: str | None, counter_engine: ContextEngine) -> Summarizer:
+    """The summarizer named by ``--summarizer``."""
+    kind, _, model = spec.partition(":")
+    if kind == "extractive" and not model:
+        return ExtractiveSummarizer(counter=counter_engine.counter)
+    if kind in ("openai", "anthropic") and model:
+        kwargs: dict[str, Any] = {"model": model}
+        if base_url:
+            kwargs["base_url"] = base_url
+        try:
+            return OpenAISummarizer(**kwargs) if kind == "openai" else AnthropicSummarizer(**kwargs)
+        except MissingDependencyError:
+            raise
+    raise ConfigError(f"--summarizer must be 'extractive', 'openai:MODEL' or 'anthropic:MODEL', got {spec!r}")
+
+
+def plain_pipelines(name: str) -> dict[Level, Strategy] | None:
+    """The pipeline for a ``--strategy`` name (None: the engine's default tiers)."""
+    if name == "default":
+        return None
+    strategy: Strategy
+    if name == "sliding_window":
+        strategy = SlidingWindow(keep_last_messages=40)
+    elif name == "token_budget":
+        strategy = TokenBudget()
+    else:
+        strategy = MaskObservations(keep_recent=3, clear_at_least=0)
+    # The engine still guarantees the fit: hard truncation follows when a plain strategy falls short.
+    return {Level.NORMAL: strategy, Level.AGGRESSIVE: strategy, Level.EMERGENCY: strategy}
+
+
+def build_engine(args: argparse.Namespace, strategy: str) -> ContextEngine:
+    """An engine for one replay, configured from the options."""
+    if args.window is not None and args.window <= 0:
+        raise ConfigError(f"--window must be positive, got {args.window}")
+    if args.reserve is not None and args.reserve < 0:
+        raise ConfigError(f"--reserve must be zero or more, got {args.reserve}")
+    thresholds = Thresholds(soft=args.soft, warn=args.warn, hard=args.hard, target=args.target)
+    probe = ContextEngine(args.model, window=args.window, reserve=args.reserve, thresholds=thresholds)
+    summarizer = make_summarizer(args.summarizer, args.base_url, probe)
+    return ContextEngine(
+        args.model,
+        window=args.window,
+        reserve=args.reserve,
+        thresholds=thresholds,
+        summarizer=summarizer,
+        pipelines=plain_pipelines(strategy),
+    )
+
+
+def _money(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.4f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def rows(r: ReplayResult) -> list[tuple[str, str]]:
+    """The table rows for one replay."""
+    comp = r.compactions
+    return [
+        ("model calls", f"{r.calls:,}"),
+        (
+            "compactions (normal / aggressive / emergency)",
+            f"{comp.get('normal', 0)} / {comp.get('aggressive', 0)} / {comp.get('emergency', 0)}",
+        ),
+        ("calls that could not fit", f"{r.overflows:,}"),
+        ("invalid or over-budget prompts", f"{r.violations + r.over_budget:,}"),
+        ("peak context tokens", f"{r.peak_tokens:,}"),
+        ("mean context tokens", f"{r.mean_tokens:,.0f}"),
+        ("input tokens sent", f"{r.total_input:,}"),
+        ("served by the prompt cache", _pct(r.cache_share)),
+        ("input cost without caching", _money(r.input_cost)),
+        ("input cost with caching", _money(r.input_cost_cached)),
+        ("output cost", _money(r.output_cost)),
+        ("identifiers retained", _pct(r.identifiers_retained)),
+    ]
+
+
+def run(args: argparse.Namespace, io: Consoles) -> int:
+    """Replay and report."""
+    conversation = read_conversation(args.conversation)
+    spec = models.get(args.model)
+    names = list(STRATEGIES) if args.compare else [args.strategy]
+    results: dict[str, ReplayResult] = {}
+    calls = sum(1 for i, m in enumerate(conversation.messages) if m.role == "assistant" and i > 0)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=io.err,
+        transient=True,
+        disable=not io.err.is_terminal,
+    ) as bar:
+        for name in names:
+            engine = build_engine(args, name)
+            task = bar.add_task(f"replay ({name})", total=calls)
+            results[name] = replay(
+                conversation.messages,
+                engine,
+                spec=spec,
+                progress=lambda done, task=task: bar.update(task, completed=done),
+            )
+    if args.plot:
+        from ._plot import plot_replay
+
+        plot_replay(results, args.plot, title=f"{conversation.source} on {spec.name}")
+    if args.json:
+        payload = {name: r.to_dict() for name, r in results.items()}
+        io.out.print(
+            json.dumps(payload if args.compare else payload[names[0]], ensure_ascii=False), markup=False
+        )
+        return 0
+    first = results[names[0]]
+    table = Table(
+        title=(
+            f"{conversation.source}: {len(conversation.messages):,} messages replayed on {spec.name}, "
+            f"window {first.window:,}, reserve {first.reserve:,}"
+        )
+    )
+    table.add_column("")
+    for name in names:
+        table.add_column(name, justify="right")
+    per = {name: rows(r) for name, r in results.items()}
+    for i, (label, _) in enumerate(per[names[0]]):
+        table.add_row(label, *(per[name][i][1] for name in names))
+    io.out.print(table)
+    if args.plot:
+        io.err.print(f"plot written to {os.fspath(args.plot)}", markup=False)
+    return 0
