@@ -56,7 +56,8 @@ class Level(IntEnum):
     AGGRESSIVE = 2
     """Past warn (85%): the same with fewer results and rounds kept."""
     EMERGENCY = 3
-    """Past hard (95%) or over: hard truncation, guaranteed to fit or to raise."""
+    """Past hard (95%) or over: a chunked summary if it helps, then hard truncation,
+    guaranteed to fit or to raise."""
 
     @property
     def label(self) -> str:

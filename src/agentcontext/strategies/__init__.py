@@ -32,6 +32,7 @@ from .hard_truncate import HardTruncate as HardTruncate
 from .observation_masking import MaskObservations as MaskObservations
 from .pipeline import Tiered as Tiered
 from .sliding_window import SlidingWindow as SlidingWindow
+from .summarize import Summarize as Summarize
 from .token_budget import TokenBudget as TokenBudget
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "PureStrategy",
     "SlidingWindow",
     "Strategy",
+    "Summarize",
     "SummaryRequest",
     "Tiered",
     "TokenBudget",

@@ -208,6 +208,28 @@ def essential_indices(messages: Sequence[Message]) -> tuple[list[int], int | Non
     return head, latest_user
 
 
+def latest_summary_group(messages: Sequence[Message]) -> list[int]:
+    """Indices of the latest summary, its acknowledgement and the user's verbatim ledger after it.
+
+    Dropping strategies keep this group when it fits, as they keep the goal:
+    the summary is what the dropped history became, and the ledger holds the
+    user's instructions, which must survive every compaction.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        meta = messages[i].metadata.get("agentcontext")
+        if isinstance(meta, dict) and meta.get("kind") == "summary" and not meta.get("partial"):
+            group = [i]
+            j = i + 1
+            while j < len(messages):
+                follow = messages[j].metadata.get("agentcontext")
+                if not (isinstance(follow, dict) and follow.get("kind") in ("summary_ack", "verbatim")):
+                    break
+                group.append(j)
+                j += 1
+            return group
+    return []
+
+
 def is_user_request(message: Message) -> bool:
     """True for a user message the user wrote (not a note, summary or stub agentcontext added)."""
     return message.role == "user" and "agentcontext" not in message.metadata
@@ -279,11 +301,14 @@ def plan_suffix(
     base = reply_overhead + sum(counts[i] for i in head)
 
     first_user = next((i for i, m in enumerate(messages) if is_user_request(m)), None)
+    summary_group = latest_summary_group(messages)
 
-    def pins_for(start: int, with_first: bool) -> list[int]:
+    def pins_for(start: int, with_first: bool, with_summary: bool = False) -> list[int]:
         pins = []
         if with_first and first_user is not None and first_user < start and first_user not in head_set:
             pins.append(first_user)
+        if with_summary:
+            pins.extend(i for i in summary_group if i < start and i not in head_set and i not in pins)
         if (
             latest_user is not None
             and latest_user < start
@@ -291,7 +316,7 @@ def plan_suffix(
             and latest_user not in pins
         ):
             pins.append(latest_user)
-        return pins
+        return sorted(pins)
 
     def cost(start: int, pins: list[int]) -> int:
         # Head indices all lie before ``start`` (points start at len(head)); anything
@@ -301,9 +326,16 @@ def plan_suffix(
 
     # Points are sorted ascending: the earliest that fits keeps the most.
     points = [p for p in points if p >= len(head)] or [n]
-    for with_first in (keep_first_user, False) if keep_first_user else (False,):
+    # Keep the goal and the latest summary (with the user's ledger) when they fit; give them up
+    # one at a time, the goal first (the summary restates it), before giving up on the suffix.
+    variants = [(True, True), (False, True), (True, False), (False, False)]
+    for with_first, with_summary in variants:
+        if with_first and not keep_first_user:
+            continue
+        if with_summary and not summary_group:
+            continue
         for p in points:
-            pins = pins_for(p, with_first)
+            pins = pins_for(p, with_first, with_summary)
             if cost(p, pins) <= limit:
                 return _make_plan(p, head, pins)
     # Nothing fits: the smallest valid suffix.
@@ -323,9 +355,11 @@ def plan_at(messages: Sequence[Message], start: int, *, keep_first_user: bool = 
         first_user = next((i for i, m in enumerate(messages) if is_user_request(m)), None)
         if first_user is not None and len(head) <= first_user < start:
             pins.append(first_user)
+    if keep_first_user:
+        pins.extend(i for i in latest_summary_group(messages) if len(head) <= i < start and i not in pins)
     if latest_user is not None and len(head) <= latest_user < start and latest_user not in pins:
         pins.append(latest_user)
-    return _make_plan(start, head, pins)
+    return _make_plan(start, head, sorted(pins))
 
 
 def _make_plan(start: int, head: list[int], pins: list[int]) -> SuffixPlan:

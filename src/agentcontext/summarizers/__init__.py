@@ -9,11 +9,11 @@
 'agentcontext[openai]'`` or ``'agentcontext[anthropic]'``.
 """
 
+from ..exceptions import MissingDependencyError as MissingDependencyError
 from ._anthropic import AnthropicSummarizer as AnthropicSummarizer
 from ._base import Summarizer as Summarizer
 from ._base import SummaryRequest as SummaryRequest
 from ._extractive import ExtractiveSummarizer as ExtractiveSummarizer
-from ._http import MissingDependencyError as MissingDependencyError
 from ._http import RetryPolicy as RetryPolicy
 from ._identifiers import extract_identifiers as extract_identifiers
 from ._llm import LLMSummarizerBase as LLMSummarizerBase

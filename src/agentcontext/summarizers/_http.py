@@ -18,14 +18,13 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from ..exceptions import AgentContextError, ConfigError, SummarizerError
+from ..exceptions import ConfigError, MissingDependencyError, SummarizerError
 from ..messages import JSONValue
 
 __all__ = [
     "Exchange",
     "HttpRequest",
     "HttpResponse",
-    "MissingDependencyError",
     "RetryPolicy",
     "Sleep",
     "TransportFailure",
@@ -34,10 +33,6 @@ __all__ = [
     "run_async",
     "run_sync",
 ]
-
-
-class MissingDependencyError(AgentContextError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""
 
 
 def require_httpx(extra: str) -> None:

@@ -13,6 +13,7 @@ counts as kept when the exact string appears in the summary.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -68,8 +69,18 @@ def extract_identifiers(text: str) -> list[str]:
     """The identifiers in ``text``, each once, in a stable order (URLs, paths, errors, ids, quantities).
 
     Overlaps are resolved in that order: a path inside a URL is not reported
-    again, nor a hash inside a path.
+    again, nor a hash inside a path. Results are cached (bounded, by text), since
+    every compaction looks at the same messages again.
     """
+    return list(_extract_cached(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _extract_cached(text: str) -> tuple[str, ...]:
+    return tuple(_extract(text))
+
+
+def _extract(text: str) -> list[str]:
     found: dict[str, None] = {}
     taken: list[tuple[int, int]] = []
 
