@@ -145,9 +145,19 @@ def test_ids_are_deterministic_and_name_the_prefix() -> None:
 
 
 def test_key_order_does_not_change_ids() -> None:
-    first = oai.to_message({"role": "user", "content": "x", "name": "n"})
-    second = oai.to_message({"name": "n", "content": "x", "role": "user"})
+    (first,) = oai.to_messages([{"role": "user", "content": "x", "name": "n"}])
+    (second,) = oai.to_messages([{"name": "n", "content": "x", "role": "user"}])
     assert first.id == second.id
+    assert oai.to_message({"role": "user", "content": "x"}, previous_id=first.id).id == oai.to_message(
+        {"content": "x", "role": "user"}, previous_id=first.id
+    ).id
+
+
+def test_messages_converted_on_their_own_get_distinct_ids() -> None:
+    # An agent loop appends replies one at a time; two identical replies must not share an id.
+    a = oai.to_message({"role": "assistant", "content": "ok"})
+    b = oai.to_message({"role": "assistant", "content": "ok"})
+    assert a.id != b.id and a == b.evolve(id=a.id)
 
 
 def test_from_messages_writes_no_ids_or_metadata() -> None:

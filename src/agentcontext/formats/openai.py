@@ -44,7 +44,18 @@ from typing import Literal, TypeAlias, cast
 
 from ..exceptions import InvalidMessageError
 from ..invariants import ensure_valid
-from ..messages import ROLES, ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
+from ..messages import (
+    ROLES,
+    ContentPart,
+    ImagePart,
+    JSONValue,
+    Message,
+    Role,
+    TextPart,
+    ToolCall,
+    derive_id,
+    new_id,
+)
 from ._common import at, canonical_json, fail, json_value, only_keys, type_name
 from ._wire import ChatMessage
 
@@ -102,8 +113,10 @@ def to_message(
     Args:
         d: the message dict. Not modified.
         index: its position in the conversation, for error messages.
-        previous_id: the id of the message before it, for the chain id
-            (``None`` for the first message).
+        previous_id: the id of the message before it, for the chain id.
+            When neither ``index`` nor ``previous_id`` is given (a message converted
+            on its own, as an agent loop appends replies), the message gets a fresh
+            random id instead: two identical replies ("ok") must not share an id.
 
     Raises:
         InvalidMessageError: ``d`` is malformed (see `to_messages`).
@@ -132,7 +145,9 @@ def to_message(
             tool_call_id=tool_call_id,
             name=name,
             extra=extra,
-            id=derive_id(previous_id, canonical_json(d)),
+            id=new_id()
+            if index is None and previous_id is None
+            else derive_id(previous_id, canonical_json(d)),
         )
     except InvalidMessageError as e:
         raise at(e, index=index) from None
