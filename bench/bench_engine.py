@@ -282,7 +282,7 @@ def main() -> None:
     print(
         f"# python {platform.python_version()} on {platform.machine()}, {sys.platform}; counter {COUNTER.name}"
     )
-    print("\n## Per-step overhead when nothing needs compacting (median per call)")
+    print("\n### Per-step overhead when nothing needs compacting (median per call)")
     print(
         "| messages | agentcontext first call | agentcontext per step | trim_messages exact tiktoken | trim_messages approximate |"
     )
@@ -292,7 +292,7 @@ def main() -> None:
         exact = time_trim(n, steps=5, counter=lc_counter_exact, limit_s=20.0) if n <= 10_000 else None
         approx = time_trim(n, steps=5, counter="approximate", limit_s=20.0)
         print(f"| {n:,} | {fmt(first)} | {fmt(step)} | {fmt(exact)} | {fmt(approx)} |")
-    print("\n## Compaction amortized over a replay (prepare before every assistant message)")
+    print("\n### Compaction amortized over a replay (prepare before every assistant message)")
     print("| messages | window | model calls | compactions | ms per step |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for n, window in ((2_000, 32_000), (10_000, 32_000), (10_000, 128_000)):
@@ -303,7 +303,7 @@ def main() -> None:
             f"| {n:,} | {window:,} | {r['calls']:,.0f} | {r['compactions']:,.0f} | {r['ms_per_step']:.3f} |"
         )
     cases = 60 if args.quick else 300
-    print(f"\n## Failure rates over {cases} random agent histories per budget")
+    print(f"\n### Failure rates over {cases} random agent histories per budget")
     rates = failure_rates(cases)
     print("| budget | tool | ok | failures (kind: count) |")
     print("| --- | --- | ---: | --- |")
