@@ -1,0 +1,89 @@
+"""Persistent sessions: an append-only log of records, the view derived from it, and stores.
+
+>>> from agentcontext.session import MemoryStore, Session
+>>> from agentcontext import Message
+>>> session = Session.from_store(MemoryStore())
+>>> session.append(Message(role="user", content="hello"))
+>>> cp = session.checkpoint()
+>>> session.append(Message(role="assistant", content="hi"))
+>>> session.revert_to(cp)
+>>> [m.text for m in session.view]
+['hello']
+"""
+
+from .._serde import SCHEMA_VERSION, UnknownRecord
+from ._recall import (
+    RECALL_TOOL_DESCRIPTION,
+    recall_tool_anthropic,
+    recall_tool_openai,
+)
+from ._records import (
+    CheckpointRecord,
+    CompactionRecord,
+    DMailRecord,
+    HeaderRecord,
+    MessageRecord,
+    Record,
+    RevertRecord,
+    UndoRecord,
+    UsageRecord,
+)
+from ._session import (
+    DMAIL_TEMPLATE,
+    Checkpoint,
+    DMail,
+    Session,
+    SupportsCalibration,
+    UsageTotals,
+)
+from ._view import SessionView
+from .stores import (
+    CorruptRecordWarning,
+    FsyncPolicy,
+    JSONLStore,
+    MemoryStore,
+    SessionNotFoundError,
+    SessionStore,
+    SessionWarning,
+    SQLiteStore,
+    StoredRecord,
+    StorePathError,
+    StorePermissionError,
+    UnknownRecordWarning,
+)
+
+__all__ = [
+    "DMAIL_TEMPLATE",
+    "RECALL_TOOL_DESCRIPTION",
+    "SCHEMA_VERSION",
+    "Checkpoint",
+    "CheckpointRecord",
+    "CompactionRecord",
+    "CorruptRecordWarning",
+    "DMail",
+    "DMailRecord",
+    "FsyncPolicy",
+    "HeaderRecord",
+    "JSONLStore",
+    "MemoryStore",
+    "MessageRecord",
+    "Record",
+    "RevertRecord",
+    "SQLiteStore",
+    "Session",
+    "SessionNotFoundError",
+    "SessionStore",
+    "SessionView",
+    "SessionWarning",
+    "StorePathError",
+    "StorePermissionError",
+    "StoredRecord",
+    "SupportsCalibration",
+    "UndoRecord",
+    "UnknownRecord",
+    "UnknownRecordWarning",
+    "UsageRecord",
+    "UsageTotals",
+    "recall_tool_anthropic",
+    "recall_tool_openai",
+]

@@ -1,0 +1,298 @@
+"""`SQLiteStore`: sessions in a SQLite database (stdlib ``sqlite3``, WAL mode).
+
+Many sessions share one database file, one row per record::
+
+    CREATE TABLE records (session_id TEXT, seq INTEGER, type TEXT, body TEXT,
+                          PRIMARY KEY (session_id, seq)) WITHOUT ROWID
+
+``body`` is the record's JSON, exactly the line the JSONL store would write,
+so ``SELECT body FROM records`` piped to ``jq`` reads the same.
+
+Concurrency is optimistic: an append runs in a ``BEGIN IMMEDIATE`` transaction
+that checks the session's last seq against ``expected_seq`` before inserting,
+so of two writers appending on the same stale state one wins and the other
+gets `ConcurrencyError`, never a silent interleaving. Several processes may
+read and write the same database; WAL mode lets readers run during a write.
+
+The fsync policy maps onto ``PRAGMA synchronous``: ``"always"`` is ``FULL``
+(each commit is synced), ``"interval"`` is ``NORMAL`` (WAL syncs at
+checkpoints: a power loss can lose the latest commits, a crash cannot) and
+``"never"`` is ``OFF``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import sqlite3
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from ..._serde import RecordDecodeError, dumps, loads
+from ...artifacts import ArtifactStore, FileArtifactStore
+from ...exceptions import ConcurrencyError, ConfigError, StoreError
+from ...messages import JSONValue
+from ._base import (
+    CorruptRecordWarning,
+    FsyncPolicy,
+    SessionNotFoundError,
+    StoredRecord,
+    StorePathError,
+    StorePermissionError,
+    WarningLimiter,
+    check_expected_seq,
+    check_fsync,
+)
+
+__all__ = ["SQLiteStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS records_backup (
+    session_id TEXT NOT NULL,
+    backup INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, backup, seq)
+) WITHOUT ROWID;
+"""
+_SYNCHRONOUS = {"always": "FULL", "interval": "NORMAL", "never": "OFF"}
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class SQLiteStore:
+    """One session inside a SQLite database file (see the module docstring).
+
+    Args:
+        path: the database file; created (with missing parent directories) when
+            the session is created.
+        session_id: which session of the database this store reads and writes.
+            Default ``"default"``.
+        fsync: the durability policy (`FsyncPolicy`), mapped to ``PRAGMA synchronous``.
+        read_only: open the database read-only (``mode=ro``).
+        timeout: seconds to wait for another writer's transaction; default 5.0.
+
+    The constructor does no I/O; `open` does.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        session_id: str = "default",
+        fsync: FsyncPolicy = "always",
+        read_only: bool = False,
+        timeout: float = 5.0,
+    ) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"path must be a str or a path, got {type(path).__name__}")
+        if not isinstance(session_id, str) or not session_id:
+            raise ConfigError(f"session_id must be a non-empty str, got {session_id!r}")
+        check_fsync(fsync, 1.0)
+        self.path = Path(path).absolute()
+        self.session_id = session_id
+        self.fsync: FsyncPolicy = fsync
+        self.timeout = timeout
+        self._read_only = read_only
+        self._db: sqlite3.Connection | None = None
+        self._last_seq = -1
+
+    @property
+    def location(self) -> str:
+        """``<path>#<session_id>``."""
+        return f"{self.path}#{self.session_id}"
+
+    @property
+    def read_only(self) -> bool:
+        """True when opened read-only."""
+        return self._read_only
+
+    def open(self, *, create: bool = True) -> None:
+        """Connect, set WAL mode and the sync level, create the tables (see `SessionStore.open`)."""
+        if self._db is not None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+            if self._read_only or not create:
+                raise SessionNotFoundError(f"no session database at {str(self.path)!r}") from None
+        except OSError as exc:
+            raise self._error("open", exc) from exc
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise StorePathError(
+                f"{str(self.path)!r} is {kind}; a SQLite session store needs a database file"
+            )
+        if st is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._error("create the directory for", exc) from exc
+        if st is not None and not os.access(self.path, os.R_OK | (0 if self._read_only else os.W_OK)):
+            raise self._error("open", PermissionError(errno.EACCES, "permission denied"))
+        try:
+            if self._read_only:
+                db = sqlite3.connect(
+                    f"{self.path.as_uri()}?mode=ro", uri=True, timeout=self.timeout, isolation_level=None
+                )
+            else:
+                db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.fsync]}")
+                db.executescript(_SCHEMA)
+                if st is None:
+                    os.chmod(self.path, 0o600)  # conversations are private: owner-only, whatever the umask
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except (sqlite3.Error, OSError) as exc:
+            raise self._error("open", exc) from exc
+        self._db = db
+        if self._read_only or not create:
+            if not self._has_session():
+                self.close()
+                raise SessionNotFoundError(f"no session {self.session_id!r} in {str(self.path)!r}")
+
+    def load(self) -> Iterator[StoredRecord]:
+        """The session's rows in seq order; rows whose body is not a JSON object are skipped with a warning."""
+        db = self._conn()
+        limiter = WarningLimiter(CorruptRecordWarning)
+        self._last_seq = -1
+        try:
+            cursor = db.execute(
+                "SELECT seq, body FROM records WHERE session_id = ? ORDER BY seq", (self.session_id,)
+            )
+            for seq, body in cursor:
+                self._last_seq = max(self._last_seq, seq)
+                where = f"seq {seq}"
+                try:
+                    data = loads(body, where=where)
+                except RecordDecodeError as exc:
+                    limiter.warn(f"{self.location}: {exc.reason} at {where}; the record is skipped")
+                    continue
+                yield StoredRecord(where, data)
+        except sqlite3.Error as exc:
+            raise self._error("read", exc) from exc
+        finally:
+            limiter.finish(self.location)
+
+    def append(self, records: Sequence[Mapping[str, JSONValue]], *, expected_seq: int) -> None:
+        """Insert ``records`` in one transaction, after checking the last seq (optimistic concurrency)."""
+        db = self._writable()
+        rows = [(self.session_id, r.get("seq"), str(r.get("type")), dumps(r)) for r in records]
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._error("start a write transaction in", exc) from exc
+        try:
+            # Read the real last seq inside the write lock: another process may have appended.
+            (last,) = db.execute(
+                "SELECT COALESCE(MAX(seq), -1) FROM records WHERE session_id = ?", (self.session_id,)
+            ).fetchone()
+            check_expected_seq(self.location, expected_seq, last, records)
+            db.executemany("INSERT INTO records (session_id, seq, type, body) VALUES (?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            db.execute("ROLLBACK")
+            raise ConcurrencyError(
+                f"{self.location}: seq {expected_seq} was taken by another writer"
+            ) from exc
+        except (sqlite3.Error, StoreError) as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            if isinstance(exc, StoreError):
+                raise
+            raise self._error("append to", exc) from exc
+        if records:
+            self._last_seq = expected_seq + len(records) - 1
+
+    def replace(self, records: Sequence[Mapping[str, JSONValue]]) -> str:
+        """Move the session's rows to ``records_backup`` and insert ``records``, in one transaction."""
+        db = self._writable()
+        rows = [(self.session_id, r.get("seq"), str(r.get("type")), dumps(r)) for r in records]
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            (backup,) = db.execute(
+                "SELECT COALESCE(MAX(backup), 0) + 1 FROM records_backup WHERE session_id = ?",
+                (self.session_id,),
+            ).fetchone()
+            db.execute(
+                "INSERT INTO records_backup SELECT session_id, ?, seq, type, body FROM records WHERE session_id = ?",
+                (backup, self.session_id),
+            )
+            db.execute("DELETE FROM records WHERE session_id = ?", (self.session_id,))
+            db.executemany("INSERT INTO records (session_id, seq, type, body) VALUES (?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise self._error("rewrite", exc) from exc
+        seqs = [r.get("seq") for r in records]
+        self._last_seq = max((s for s in seqs if isinstance(s, int)), default=-1)
+        return f"{self.location} (table records_backup, backup {backup})"
+
+    def default_artifacts(self) -> ArtifactStore:
+        """Artifacts in ``<stem>.artifacts/<session id>/`` next to the database."""
+        name = self.session_id
+        if not _SAFE_ID.fullmatch(name) or name in (".", ".."):
+            # A session id is the caller's string: never let it shape a path.
+            name = "s-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return FileArtifactStore(self.path.with_name(self.path.stem + ".artifacts") / name)
+
+    def close(self) -> None:
+        """Close the connection; idempotent."""
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self._read_only else f"fsync={self.fsync!r}"
+        return f"SQLiteStore({str(self.path)!r}, session_id={self.session_id!r}, {mode})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError(f"{self.location} is not open; call open() first (or the session was closed)")
+        return self._db
+
+    def _writable(self) -> sqlite3.Connection:
+        if self._read_only:
+            raise StoreError(f"{self.location} was opened read-only; open it without read_only=True to write")
+        return self._conn()
+
+    def _has_session(self) -> bool:
+        try:
+            row = (
+                self._conn()
+                .execute("SELECT 1 FROM records WHERE session_id = ? LIMIT 1", (self.session_id,))
+                .fetchone()
+            )
+        except sqlite3.OperationalError:  # no table yet: an empty or foreign database
+            return False
+        return row is not None
+
+    def _error(self, action: str, exc: BaseException) -> StoreError:
+        where = str(self.path)
+        if isinstance(exc, PermissionError):
+            return StorePermissionError(
+                f"permission denied to {action} {where!r}: check the owner and mode (ls -l {where!r})"
+            )
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return StoreError(
+                f"{where!r} is not a SQLite database ({exc}); pass the path of a session database"
+            )
+        if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace(" ", ""):
+            return StorePermissionError(f"cannot {action} {where!r}: the database is read-only ({exc})")
+        return StoreError(f"cannot {action} {where!r}: {exc}")
