@@ -30,6 +30,8 @@ from agentcontext.session import (
     SessionStore,
     SQLiteStore,
     UnknownRecordWarning,
+    dmail_tool_anthropic,
+    dmail_tool_openai,
     recall_tool_anthropic,
     recall_tool_openai,
 )
@@ -420,6 +422,63 @@ def test_dmail_targets_stay_valid_after_compactions(tmp_path: Path) -> None:
     s.close()
 
 
+def test_a_model_lists_checkpoints_on_demand_and_sends_a_dmail_through_the_tool(tmp_path: Path) -> None:
+    s = Session.open(tmp_path / "run.jsonl")
+    assert s.handle_dmail("{}") == "There are no checkpoints yet; a D-Mail cannot be sent."
+    s.append(Message(role="user", content="migrate the database"))
+    s.checkpoint(label="before the migration")
+    s.append(Message(role="assistant", content="dropping the old table first"))
+    s.checkpoint()
+    listing = s.handle_dmail(json.dumps({"checkpoint": None, "message": None}))  # OpenAI strict shape
+    assert listing.splitlines() == [
+        "Checkpoints, oldest first:",
+        "checkpoint 0: before the migration (1 messages in view)",
+        "checkpoint 1: (no label) (2 messages in view)",
+    ]
+    assert s.handle_dmail({"checkpoint": 0}).startswith("dmail failed: pass the message")
+    assert "no checkpoint 9" in s.handle_dmail({"checkpoint": 9, "message": "x"})
+    assert s.handle_dmail("[").startswith("dmail failed")
+    answer = s.handle_dmail({"checkpoint": 0, "message": "Back up the table before dropping it."})
+    assert answer.startswith("D-Mail queued for checkpoint 0")
+    assert "already pending" in s.handle_dmail({"checkpoint": 1, "message": "again"})
+    injected = s.deliver_dmail()
+    assert injected is not None and "Back up the table" in injected.text
+    assert [m.text for m in s.view] == ["migrate the database", injected.text]
+    s.close()
+
+
+def test_dmail_tool_definitions_follow_each_providers_format() -> None:
+    chat = dmail_tool_openai()
+    fn = chat["function"]
+    assert isinstance(fn, dict) and fn["name"] == "send_dmail" and fn["strict"] is True
+    params = fn["parameters"]
+    assert isinstance(params, dict) and params["required"] == ["checkpoint", "message"]
+    assert params["additionalProperties"] is False
+    flat = dmail_tool_openai(api="responses")
+    assert flat["name"] == "send_dmail" and flat["parameters"] == params
+    anthropic = dmail_tool_anthropic(name="dmail")
+    assert anthropic["name"] == "dmail" and set(anthropic) == {"name", "description", "input_schema"}
+
+
+def test_compact_now_is_recorded_and_undoable(tmp_path: Path) -> None:
+    msgs = make_conversation(seed=40, rounds=6, steps=(1, 3), output_tokens=(60, 300))
+    s = Session.open(tmp_path / "run.jsonl", engine=_engine(window=100_000), fsync="never")
+    s.extend(msgs)
+    before = _ids(s.view)
+    prepared = s.compact(budget=600)
+    assert prepared.report.compacted and prepared.report.tokens_after <= 600
+    assert _ids(s.view) != before and s.compactions
+    live = _state(s)
+    s.close()
+    s = Session.open(tmp_path / "run.jsonl", engine=_engine(window=100_000))
+    assert _state(s) == live
+    s.undo_compaction()
+    assert _ids(s.view) == before
+    asyncio.run(s.acompact(budget=600))
+    assert _ids(s.view) != before
+    s.close()
+
+
 # ----------------------------------------------------------------------------- undo
 
 
@@ -807,3 +866,41 @@ def test_store_kinds_are_interchangeable(tmp_path: Path) -> None:
         states.append((_ids(s.view), [c.view for c in s.compactions]))
         s.close()
     assert states[0] == states[1]
+
+
+def test_appends_and_quiet_prepares_never_walk_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcontext.session import SessionView
+
+    s = Session.open(tmp_path / "run.jsonl", engine=_engine(window=10_000_000), fsync="never")
+    history = [
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i}") for i in range(20_000)
+    ]
+    s.extend(history)
+    s.prepare()  # the first call is a full pass: the engine counts everything once
+    touched = {"items": 0}
+    real_getitem, real_iter = SessionView.__getitem__, SessionView.__iter__
+
+    def counting_getitem(self: SessionView, index: int | slice) -> object:
+        result = real_getitem(self, index)  # type: ignore[call-overload]
+        touched["items"] += len(result) if isinstance(index, slice) else 1
+        return result
+
+    def counting_iter(self: SessionView) -> Iterator[Message]:
+        for m in real_iter(self):
+            touched["items"] += 1
+            yield m
+
+    monkeypatch.setattr(SessionView, "__getitem__", counting_getitem)
+    monkeypatch.setattr(SessionView, "__iter__", counting_iter)
+    steps = 50
+    for i in range(steps):
+        s.append(Message(role="user", content=f"step {i}"))
+        s.checkpoint()
+        s.prepare()
+        s.record_usage(prompt_tokens=1_000 + i)
+        assert s.tokens == 1_000 + i
+    # O(new) per step: a handful of items each, never a pass over the 20,000 before them.
+    assert touched["items"] < steps * 20
+    s.close()

@@ -643,7 +643,9 @@ def _upcast_v0(
             try:
                 converted = _v0_message(data, prev_id)
             except (ValueError, TypeError, AttributeError) as exc:
-                yield where, {**base, "type": "message", "message": {"unconvertible_v0_line": str(exc)}}
+                # Fails to decode (so the restore warns, naming the line) and keeps the line itself.
+                bad: dict[str, JSONValue] = {"unconvertible_v0_line": str(exc), "v0": data}
+                yield where, {**base, "type": "message", "message": bad}
                 continue
             prev_id = str(converted["id"])
             messages += 1

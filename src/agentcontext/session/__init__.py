@@ -12,6 +12,7 @@
 """
 
 from .._serde import SCHEMA_VERSION, UnknownRecord
+from ._dmail import DMAIL_TOOL_DESCRIPTION, dmail_tool_anthropic, dmail_tool_openai
 from ._recall import (
     RECALL_TOOL_DESCRIPTION,
     recall_tool_anthropic,
@@ -54,6 +55,7 @@ from .stores import (
 
 __all__ = [
     "DMAIL_TEMPLATE",
+    "DMAIL_TOOL_DESCRIPTION",
     "RECALL_TOOL_DESCRIPTION",
     "SCHEMA_VERSION",
     "Checkpoint",
@@ -84,6 +86,8 @@ __all__ = [
     "UnknownRecordWarning",
     "UsageRecord",
     "UsageTotals",
+    "dmail_tool_anthropic",
+    "dmail_tool_openai",
     "recall_tool_anthropic",
     "recall_tool_openai",
 ]

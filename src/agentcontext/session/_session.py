@@ -219,6 +219,7 @@ class Session:
         self._archive: dict[str, Message] = {}
         self._view = ViewState([], 0)
         self._checkpoints: dict[int, tuple[CheckpointRecord, ViewState]] = {}
+        self._next_checkpoint = 0
         self._compactions: dict[int, CompactionRecord] = {}
         self._usage: UsageRecord | None = None
         self._totals = UsageTotals()
@@ -365,10 +366,13 @@ class Session:
             )
             self._schema_version = version if version is not None else SCHEMA_VERSION
             for where, data in pairs:
+                record = self._replay_one(where, data, corrupt, unknown)
                 if migrate is not None:
-                    migrate.append(data)
-                self._replay_one(where, data, corrupt, unknown)
-            self._schema_version = version if version is not None else SCHEMA_VERSION  # as read, not as upcast
+                    # Re-encoded by the one codec; what it cannot read is carried over verbatim.
+                    migrate.append(_serde.encode_record(record) if record is not None else data)
+            self._schema_version = (
+                version if version is not None else SCHEMA_VERSION
+            )  # as read, not as upcast
             if migrate is not None:
                 self._migrated_to = self._store.replace(migrate)
         finally:
@@ -378,13 +382,14 @@ class Session:
 
     def _replay_one(
         self, where: str, data: dict[str, JSONValue], corrupt: WarningLimiter, unknown: WarningLimiter
-    ) -> None:
+    ) -> Record | None:
+        """Decode and apply one stored record; returns it when it is of a known type and decoded."""
         location = self._store.location
         try:
             record = _serde.decode_record(data, where=where)
         except RecordDecodeError as exc:
             corrupt.warn(f"{location}: {exc}; the record is skipped")
-            return
+            return None
         if isinstance(record, UnknownRecord):
             self._unknown.append(record)
             if record.seq is not None and record.seq > self._seq:
@@ -393,18 +398,19 @@ class Session:
                 f"{location}: {where} has record type {record.type!r}, unknown to this version "
                 "(written by a newer agentcontext?); it is kept in the log and passed over"
             )
-            return
+            return None
         record = cast(Record, record)  # decode_record builds only registered types
         if record.seq <= self._seq:
             corrupt.warn(
                 f"{location}: {where} repeats or goes back to seq {record.seq}; the record is skipped"
             )
-            return
+            return None
         try:
             self._apply(record)
         except _Skip as exc:
             corrupt.warn(f"{location}: {where} ({type(record).__name__}) cannot be applied: {exc}; skipped")
             self._seq = record.seq
+        return record
 
     # ------------------------------------------------------------------ the one place state changes
 
@@ -434,6 +440,7 @@ class Session:
                     stacklevel=4,
                 )
             self._checkpoints[record.id] = (record, self._view)
+            self._next_checkpoint = max(self._next_checkpoint, record.id + 1)
         elif isinstance(record, CompactionRecord):
             self._apply_compaction(record)
         elif isinstance(record, RevertRecord):
@@ -610,6 +617,34 @@ class Session:
             self._after_prepare(before, prepared)
         return prepared
 
+    def compact(self, *, budget: int | None = None) -> Prepared:
+        """Compact the view now, whatever its level (`ContextEngine.must_fit`), and record it.
+
+        For when a provider rejected a prompt as too long although the counter
+        said it fit, or to compact on demand (``agentcontext compact``).
+        Recorded like `prepare`; `undo_compaction` takes it back.
+
+        Args:
+            budget: the most prompt tokens allowed (default: the engine's budget).
+        """
+        engine = self._require_engine()
+        with self._lock:
+            self._check_writable()
+            before = self._view
+            prepared = engine.must_fit(before.snapshot(), budget=budget)
+            self._after_prepare(before, prepared)
+            return prepared
+
+    async def acompact(self, *, budget: int | None = None) -> Prepared:
+        """`compact` with the engine's async driver."""
+        engine = self._require_engine()
+        self._check_writable()
+        before = self._view
+        prepared = await engine.amust_fit(before.snapshot(), budget=budget)
+        with self._lock:
+            self._after_prepare(before, prepared)
+        return prepared
+
     def _require_engine(self) -> ContextEngine:
         if self._engine is None:
             raise ConfigError("this session has no engine: pass engine= to Session.open to use prepare()")
@@ -768,7 +803,7 @@ class Session:
             raise ConfigError(f"label must be a str or None, got {type(label).__name__}")
         with self._lock:
             self._check_writable()
-            cp_id = max(self._checkpoints, default=-1) + 1
+            cp_id = self._next_checkpoint
             (seq,) = self._next()
             self._commit(
                 [CheckpointRecord(seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._view.length)]
@@ -879,6 +914,42 @@ class Session:
                 ]
             )
             return message
+
+    def handle_dmail(self, arguments: str | Mapping[str, object]) -> str:
+        """Answer a model's D-Mail tool call (`dmail_tool_openai`, `dmail_tool_anthropic`).
+
+        Without a checkpoint, returns the list of checkpoints (the newest 20: id,
+        label, messages in view). With a checkpoint and a message, queues the
+        D-Mail with `send_dmail`; your loop's `deliver_dmail` delivers it once
+        the step's tool results are in. Mistakes come back as ``dmail failed:
+        ...`` text for the model, never as exceptions.
+        """
+        try:
+            args: object = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+        except (ValueError, TypeError) as exc:
+            return f"dmail failed: the arguments are not a JSON object ({exc})"
+        if not isinstance(args, dict):
+            return "dmail failed: the arguments must be a JSON object"
+        checkpoint, text = args.get("checkpoint"), args.get("message")
+        if checkpoint is None:
+            listed = self.checkpoints[-20:]
+            if not listed:
+                return "There are no checkpoints yet; a D-Mail cannot be sent."
+            rows = [
+                f"checkpoint {c.id}: {c.label or '(no label)'} ({c.messages} messages in view)"
+                for c in listed
+            ]
+            return "Checkpoints, oldest first:\n" + "\n".join(rows)
+        if not isinstance(text, str) or not text.strip():
+            return "dmail failed: pass the message your earlier self should read"
+        try:
+            sent = self.send_dmail(checkpoint, text)
+        except UsageError as exc:
+            return f"dmail failed: {exc}"
+        return (
+            f"D-Mail queued for checkpoint {sent.checkpoint}. When this step ends, the conversation returns "
+            "to that checkpoint and your message is shown there."
+        )
 
     # ------------------------------------------------------------------ undo
 

@@ -37,7 +37,9 @@ class SessionView(Sequence[Message]):
     def __getitem__(self, index: slice) -> list[Message]: ...
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
-            return self._items[: self._len][index]
+            # Only the requested items: the engine slices off "what is new" every step.
+            items = self._items
+            return [items[i] for i in range(*index.indices(self._len))]
         n = self._len
         if index < 0:
             index += n

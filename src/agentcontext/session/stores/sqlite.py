@@ -3,7 +3,10 @@
 Many sessions share one database file, one row per record::
 
     CREATE TABLE records (session_id TEXT, seq INTEGER, type TEXT, body TEXT,
-                          PRIMARY KEY (session_id, seq)) WITHOUT ROWID
+                          PRIMARY KEY (session_id, seq))
+
+(an ordinary rowid table: ``WITHOUT ROWID`` stores large rows badly, and a
+record body is often kilobytes of tool output)
 
 ``body`` is the record's JSON, exactly the line the JSONL store would write,
 so ``SELECT body FROM records`` piped to ``jq`` reads the same.
@@ -57,7 +60,7 @@ CREATE TABLE IF NOT EXISTS records (
     type TEXT NOT NULL,
     body TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS records_backup (
     session_id TEXT NOT NULL,
     backup INTEGER NOT NULL,
@@ -65,7 +68,7 @@ CREATE TABLE IF NOT EXISTS records_backup (
     type TEXT NOT NULL,
     body TEXT NOT NULL,
     PRIMARY KEY (session_id, backup, seq)
-) WITHOUT ROWID;
+);
 """
 _SYNCHRONOUS = {"always": "FULL", "interval": "NORMAL", "never": "OFF"}
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
