@@ -904,3 +904,32 @@ def test_appends_and_quiet_prepares_never_walk_the_history(
     # O(new) per step: a handful of items each, never a pass over the 20,000 before them.
     assert touched["items"] < steps * 20
     s.close()
+
+
+EVAL = Path("/work/shared/eval")
+
+
+@pytest.mark.skipif(not EVAL.exists(), reason="the shared eval set is not mounted")
+def test_the_63_real_conversations_restore_exactly_and_keep_every_original(tmp_path: Path) -> None:
+    from agentcontext.formats import openai as oai
+
+    manifest = json.loads((EVAL / "manifest.json").read_text(encoding="utf-8"))["conversations"]
+    counter = counter_for_tokenizer("o200k_base")
+    compacted = 0
+    for entry in manifest:
+        lines = (EVAL / "conversations" / entry["file"]).read_text(encoding="utf-8").splitlines()
+        msgs = oai.to_messages([json.loads(line) for line in lines if line.strip()])
+        path = tmp_path / f"{entry['id'][:40]}.jsonl"
+        s = Session.open(
+            path, engine=ContextEngine(window=8_000, reserve=1_000, counter=counter), fsync="never"
+        )
+        _run_agent(s, msgs)  # unanswered calls, orphan results and repeated ids included
+        compacted += bool(s.compactions)
+        live = _state(s)
+        s.close()
+        again = Session.open(path, read_only=True, counter=counter)
+        assert _state(again) == live, entry["id"]
+        for m in msgs:
+            assert again.message(m.id) == m
+        again.close()
+    assert compacted >= 20  # the long ones were compacted at 8k
