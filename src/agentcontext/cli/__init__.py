@@ -6,7 +6,8 @@ JSON. Colour is off when stdout is not a terminal (and with ``NO_COLOR``).
 
 Exit codes: 0 success; 1 unexpected failure; 2 bad command-line usage; 3 bad
 input (unreadable file, not JSON, not a conversation, unknown model, invalid
-conversation in ``--strict`` mode); 4 the conversation cannot fit.
+conversation in ``--strict`` mode, a missing or locked session file); 4 the
+conversation cannot fit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from ..exceptions import AgentContextError, ContextOverflowError, UsageError
+from ..exceptions import AgentContextError, ContextOverflowError, SessionLockedError, StoreError, UsageError
 
 __all__ = ["EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main"]
 
@@ -55,7 +56,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser (one sub-command per module)."""
-    from . import _count, _fit, _models, _replay
+    from . import _count, _fit, _models, _replay, _sessions
 
     parser = _Parser(
         prog="agentcontext",
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--no-color", action="store_true", help="no colour in output (also: NO_COLOR=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (_fit, _replay, _count, _models):
+    for module in (_fit, _replay, _sessions, _count, _models):
         module.register(sub, _formatter)
     return parser
 
@@ -92,6 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _fail(err, args, str(exc))
         return EXIT_INVALID
+    except StoreError as exc:
+        # A missing, misplaced or unreadable session file is bad input; other store failures are not.
+        from ..session.stores import SessionNotFoundError, StorePathError, StorePermissionError
+
+        _fail(err, args, str(exc))
+        bad_input = (SessionNotFoundError, StorePathError, StorePermissionError, SessionLockedError)
+        return EXIT_INVALID if isinstance(exc, bad_input) else EXIT_FAILURE
     except AgentContextError as exc:
         _fail(err, args, str(exc))
         return EXIT_FAILURE

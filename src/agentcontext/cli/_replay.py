@@ -12,13 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .. import models
-from ..engine import ContextEngine, Level, Thresholds
-from ..exceptions import ConfigError, MissingDependencyError
+from ..engine import Level
 from ..replay import ReplayResult, replay
 from ..strategies import MaskObservations, SlidingWindow, Strategy, TokenBudget
-from ..summarizers import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from . import Consoles
-from ._common import add_model_options
+from ._common import add_model_options, engine_from
 from ._io import read_conversation
 
 HELP = """Replay a recorded agent conversation (OpenAI format, JSON or JSON Lines) as the agent lived it:
@@ -70,22 +68,6 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     p.set_defaults(handler=run)
 
 
-def make_summarizer(spec: str, base_url: str | None, counter_engine: ContextEngine) -> Summarizer:
-    """The summarizer named by ``--summarizer``."""
-    kind, _, model = spec.partition(":")
-    if kind == "extractive" and not model:
-        return ExtractiveSummarizer(counter=counter_engine.counter)
-    if kind in ("openai", "anthropic") and model:
-        kwargs: dict[str, Any] = {"model": model}
-        if base_url:
-            kwargs["base_url"] = base_url
-        try:
-            return OpenAISummarizer(**kwargs) if kind == "openai" else AnthropicSummarizer(**kwargs)
-        except MissingDependencyError:
-            raise
-    raise ConfigError(f"--summarizer must be 'extractive', 'openai:MODEL' or 'anthropic:MODEL', got {spec!r}")
-
-
 def plain_pipelines(name: str) -> dict[Level, Strategy] | None:
     """The pipeline for a ``--strategy`` name (None: the engine's default tiers)."""
     if name == "default":
@@ -99,25 +81,6 @@ def plain_pipelines(name: str) -> dict[Level, Strategy] | None:
         strategy = MaskObservations(keep_recent=3, clear_at_least=0)
     # The engine still guarantees the fit: hard truncation follows when a plain strategy falls short.
     return {Level.NORMAL: strategy, Level.AGGRESSIVE: strategy, Level.EMERGENCY: strategy}
-
-
-def build_engine(args: argparse.Namespace, strategy: str) -> ContextEngine:
-    """An engine for one replay, configured from the options."""
-    if args.window is not None and args.window <= 0:
-        raise ConfigError(f"--window must be positive, got {args.window}")
-    if args.reserve is not None and args.reserve < 0:
-        raise ConfigError(f"--reserve must be zero or more, got {args.reserve}")
-    thresholds = Thresholds(soft=args.soft, warn=args.warn, hard=args.hard, target=args.target)
-    probe = ContextEngine(args.model, window=args.window, reserve=args.reserve, thresholds=thresholds)
-    summarizer = make_summarizer(args.summarizer, args.base_url, probe)
-    return ContextEngine(
-        args.model,
-        window=args.window,
-        reserve=args.reserve,
-        thresholds=thresholds,
-        summarizer=summarizer,
-        pipelines=plain_pipelines(strategy),
-    )
 
 
 def _money(v: float | None) -> str:
@@ -167,7 +130,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
         disable=not io.err.is_terminal,
     ) as bar:
         for name in names:
-            engine = build_engine(args, name)
+            engine = engine_from(args, pipelines=plain_pipelines(name))
             task = bar.add_task(f"replay ({name})", total=calls)
             results[name] = replay(
                 conversation.messages,

@@ -1,0 +1,348 @@
+"""Session tools: ``inspect``, ``compact``, ``checkpoints``, ``revert``, ``export``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from .. import models
+from ..engine import ContextEngine, Status
+from ..formats import anthropic as anthropic_format
+from ..formats import openai as oai
+from ..invariants import check_messages
+from ..messages import JSONValue, Message, tool_call_index, tool_name_for
+from ..session import Checkpoint, CompactionRecord, Session, SessionWarning
+from . import Consoles
+from ._common import add_model_options, add_summarizer_options, engine_from
+from ._io import InputError
+
+
+def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> None:
+    """Add the session sub-commands."""
+    p = sub.add_parser(
+        "inspect",
+        help="look inside one or more sessions",
+        formatter_class=formatter,
+        description="""Show what a session holds: messages, tokens per role and per tool, the largest messages,
+checkpoints, compactions, and the current level for a model. Several sessions get a progress bar
+and one summary row each.
+
+Examples:
+  agentcontext inspect runs/task-42.jsonl --model gpt-4o
+  agentcontext inspect runs/*.jsonl --model gpt-4o --json""",
+    )
+    p.add_argument("sessions", nargs="+", help="session files (.jsonl)")
+    p.add_argument(
+        "--model", "-m", default="gpt-4o", help="model for token counts and the level (default gpt-4o)"
+    )
+    p.add_argument("--window", type=int, help="context window (default: the model's)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(handler=run_inspect)
+
+    p = sub.add_parser(
+        "compact",
+        help="compact a session now",
+        formatter_class=formatter,
+        description="""Compact a session now with the chosen summarizer, whatever its level, and record the
+compaction in its log (nothing is deleted: `agentcontext inspect` lists it, and the originals stay
+recallable).
+
+Examples:
+  agentcontext compact runs/task-42.jsonl --model gpt-4o --window 32000
+  agentcontext compact runs/task-42.jsonl --model gpt-4o --summarizer openai:gpt-4o-mini""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    add_model_options(p)
+    add_summarizer_options(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=run_compact)
+
+    p = sub.add_parser(
+        "checkpoints",
+        help="list a session's checkpoints",
+        formatter_class=formatter,
+        description="""List a session's checkpoints: id, label, time, and the view's size then.
+
+Example:
+  agentcontext checkpoints runs/task-42.jsonl""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(handler=run_checkpoints)
+
+    p = sub.add_parser(
+        "revert",
+        help="revert a session to a checkpoint",
+        formatter_class=formatter,
+        description="""Revert a session's view to a checkpoint. Nothing is lost: the records after it stay
+in the log (see the session docs) and can still be recalled.
+
+Example:
+  agentcontext revert runs/task-42.jsonl 3""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    p.add_argument("checkpoint", type=int, help="checkpoint id (see `agentcontext checkpoints`)")
+    p.set_defaults(handler=run_revert)
+
+    p = sub.add_parser(
+        "export",
+        help="export a session's view in a provider's format",
+        formatter_class=formatter,
+        description="""Write a session's current view (what the model sees) as OpenAI Chat Completions
+messages (JSON Lines) or as an Anthropic Messages request body ({"system", "messages"}).
+
+Examples:
+  agentcontext export runs/task-42.jsonl --format openai > view.jsonl
+  agentcontext export runs/task-42.jsonl --format anthropic -o request.json""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    p.add_argument(
+        "--format", choices=("openai", "anthropic"), default="openai", help="output format (default openai)"
+    )
+    p.add_argument("--output", "-o", help="write here instead of stdout")
+    p.set_defaults(handler=run_export)
+
+
+@contextmanager
+def _open(
+    path: str, *, read_only: bool, engine: ContextEngine | None = None, err: Console | None = None
+) -> Iterator[Session]:
+    """Open an existing session; its warnings (skipped lines...) become one-line messages on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SessionWarning)
+        session = Session.open(path, create=False, read_only=read_only, engine=engine)
+    skipped = [w for w in caught if issubclass(w.category, SessionWarning)]
+    for w in skipped[:5]:
+        if err is not None:
+            err.print(f"agentcontext: warning: {w.message}", markup=False)
+    if len(skipped) > 5 and err is not None:
+        err.print(f"agentcontext: warning: ... and {len(skipped) - 5} more", markup=False)
+    try:
+        if skipped and not len(session.view) and not session.checkpoints and not session.compactions:
+            raise InputError(
+                f"{path}: not a session file: none of its lines could be read ({len(skipped)} skipped)"
+            )
+        yield session
+    finally:
+        session.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSummary:
+    """What `inspect` reports about one session."""
+
+    path: str
+    model: str
+    messages: int
+    status: Status
+    by_role: dict[str, tuple[int, int]]
+    """Role -> (messages, tokens)."""
+    by_tool: dict[str, tuple[int, int]]
+    """Tool -> (results, tokens)."""
+    largest: list[tuple[int, Message, int]]
+    """(index, message, tokens), largest first."""
+    checkpoints: tuple[Checkpoint, ...]
+    compactions: tuple[CompactionRecord, ...]
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        """A JSON-ready dict."""
+        return {
+            "session": self.path,
+            "model": self.model,
+            "messages": self.messages,
+            "tokens": self.status.tokens,
+            "status": self.status.to_dict(),
+            "by_role": {r: {"messages": n, "tokens": t} for r, (n, t) in self.by_role.items()},
+            "by_tool": {k: {"results": n, "tokens": t} for k, (n, t) in self.by_tool.items()},
+            "largest": [
+                {"index": i, "role": m.role, "id": m.id, "tokens": t, "preview": m.text[:80]}
+                for i, m, t in self.largest
+            ],
+            "checkpoints": [
+                {"id": c.id, "label": c.label, "ts": c.ts, "messages": c.messages} for c in self.checkpoints
+            ],
+            "compactions": [
+                {
+                    "seq": c.seq,
+                    "ts": c.ts,
+                    "level": c.level,
+                    "covers": len(c.covers),
+                    "tokens_before": c.tokens_before,
+                    "tokens_after": c.tokens_after,
+                }
+                for c in self.compactions
+            ],
+        }
+
+
+def inspect_one(path: str, *, model: str, window: int | None, err: Console | None = None) -> SessionSummary:
+    """Everything `inspect` reports about one session."""
+    spec = models.get(model)
+    engine = ContextEngine(spec, window=window)
+    counter = engine.counter
+    with _open(path, read_only=True, err=err) as session:
+        view = list(session.view)
+        calls = tool_call_index(view)
+        by_role: dict[str, tuple[int, int]] = {}
+        by_tool: dict[str, tuple[int, int]] = {}
+        sizes: list[tuple[int, int]] = []
+        for i, m in enumerate(view):
+            n = counter.count_message(m)
+            sizes.append((n, i))
+            count, tokens = by_role.get(m.role, (0, 0))
+            by_role[m.role] = (count + 1, tokens + n)
+            if m.role == "tool":
+                tool = tool_name_for(m, calls)
+                count, tokens = by_tool.get(tool, (0, 0))
+                by_tool[tool] = (count + 1, tokens + n)
+        return SessionSummary(
+            path=path,
+            model=spec.name,
+            messages=len(view),
+            status=engine.status(view),
+            by_role=by_role,
+            by_tool=by_tool,
+            largest=[(i, view[i], n) for n, i in sorted(sizes, reverse=True)[:5]],
+            checkpoints=session.checkpoints,
+            compactions=session.compactions,
+        )
+
+
+def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
+    """Inspect one or more sessions."""
+    results: list[SessionSummary] = []
+    with Progress(
+        console=io.err, transient=True, disable=len(args.sessions) < 2 or not io.err.is_terminal
+    ) as bar:
+        task = bar.add_task("inspecting sessions", total=len(args.sessions))
+        for path in args.sessions:
+            results.append(inspect_one(path, model=args.model, window=args.window, err=io.err))
+            bar.advance(task)
+    if args.json:
+        dicts = [r.to_dict() for r in results]
+        io.out.print(json.dumps(dicts if len(dicts) > 1 else dicts[0], ensure_ascii=False), markup=False)
+        return 0
+    if len(results) > 1:
+        table = Table(title=f"{len(results)} sessions ({args.model})")
+        for col in ("session", "messages", "tokens", "level", "checkpoints", "compactions"):
+            table.add_column(col, justify="left" if col == "session" else "right")
+        for r in results:
+            table.add_row(
+                r.path,
+                f"{r.messages:,}",
+                f"{r.status.tokens:,}",
+                r.status.level.label,
+                str(len(r.checkpoints)),
+                str(len(r.compactions)),
+            )
+        io.out.print(table)
+        return 0
+    r = results[0]
+    io.out.print(
+        f"{r.path}: {r.messages:,} messages in view, {r.status.tokens:,} tokens for {r.model}", markup=False
+    )
+    io.out.print(r.status.recommendation, markup=False)
+    table = Table(title="tokens by role and tool")
+    table.add_column("role / tool")
+    table.add_column("messages", justify="right")
+    table.add_column("tokens", justify="right")
+    for role, (n, t) in sorted(r.by_role.items(), key=lambda kv: -kv[1][1]):
+        table.add_row(role, f"{n:,}", f"{t:,}")
+    for tool, (n, t) in sorted(r.by_tool.items(), key=lambda kv: -kv[1][1]):
+        table.add_row(f"  tool: {tool}", f"{n:,}", f"{t:,}")
+    io.out.print(table)
+    largest = Table(title="largest messages")
+    for col in ("index", "role", "tokens", "starts with"):
+        largest.add_column(col, justify="right" if col in ("index", "tokens") else "left")
+    for i, m, t in r.largest:
+        largest.add_row(str(i), m.role, f"{t:,}", m.text[:80].replace("\n", " "))
+    io.out.print(largest)
+    io.out.print(f"checkpoints: {len(r.checkpoints)}; compactions: {len(r.compactions)}", markup=False)
+    return 0
+
+
+def run_compact(args: argparse.Namespace, io: Consoles) -> int:
+    """Compact a session now."""
+    engine = engine_from(args)
+    with _open(args.session, read_only=False, engine=engine, err=io.err) as session:
+        prepared = session.compact()
+    report = prepared.report
+    if args.json:
+        io.out.print(json.dumps(report.to_dict(), ensure_ascii=False), markup=False)
+    else:
+        io.out.print(
+            f"{args.session}: {report.tokens_before:,} -> {report.tokens_after:,} tokens "
+            f"({len(report.actions)} actions, level {report.final_level.label}); the originals stay in the log",
+            markup=False,
+        )
+    return 0
+
+
+def run_checkpoints(args: argparse.Namespace, io: Consoles) -> int:
+    """List checkpoints."""
+    with _open(args.session, read_only=True, err=io.err) as session:
+        cps = session.checkpoints
+    if args.json:
+        rows = [{"id": c.id, "label": c.label, "ts": c.ts, "messages": c.messages} for c in cps]
+        io.out.print(json.dumps(rows), markup=False)
+        return 0
+    table = Table(title=f"{args.session}: {len(cps)} checkpoints")
+    for col in ("id", "label", "time", "messages in view"):
+        table.add_column(col, justify="right" if col in ("id", "messages in view") else "left")
+    for c in cps:
+        table.add_row(str(c.id), c.label or "", c.ts or "", f"{c.messages:,}")
+    io.out.print(table)
+    return 0
+
+
+def run_revert(args: argparse.Namespace, io: Consoles) -> int:
+    """Revert to a checkpoint."""
+    with _open(args.session, read_only=False, err=io.err) as session:
+        session.revert_to(args.checkpoint)
+        n = len(session.view)
+    io.out.print(
+        f"{args.session}: reverted to checkpoint {args.checkpoint}; {n:,} messages in view", markup=False
+    )
+    return 0
+
+
+def run_export(args: argparse.Namespace, io: Consoles) -> int:
+    """Export the view."""
+    with _open(args.session, read_only=True, err=io.err) as session:
+        view = list(session.view)
+    # The view is exported as it is, even when a provider would reject it (a revert to a checkpoint
+    # taken between a tool call and its result): say so instead of refusing or changing it.
+    problems = check_messages(view)
+    if problems:
+        io.err.print(
+            f"warning: {len(problems)} problem(s) a provider would reject, first: {problems[0]} "
+            "(`prepare` repairs them before a model call)",
+            markup=False,
+        )
+    if args.format == "openai":
+        text = "".join(
+            json.dumps(d, ensure_ascii=False) + "\n" for d in oai.from_messages(view, validate=False)
+        )
+    else:
+        system, messages = anthropic_format.from_messages(view, validate=False)
+        body: dict[str, Any] = {"messages": messages}
+        if system is not None:
+            body["system"] = system
+        text = json.dumps(body, ensure_ascii=False, indent=1) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        io.err.print(f"{len(view):,} messages written to {args.output}", markup=False)
+    else:
+        sys.stdout.write(text)
+    return 0
