@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.engine import ContextEngine, Level
+from agentcontext.engine import ContextEngine, Level, Prepared, Thresholds
 from agentcontext.exceptions import ContextOverflowError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message
@@ -38,7 +38,7 @@ def _essential_cost(msgs: Sequence[Message]) -> int:
     return sum(COUNTER.count_message(m) for m in head + users[-1:]) + 60
 
 
-def _check_promises(msgs: list[Message], engine: ContextEngine) -> None:
+def _check_promises(msgs: list[Message], engine: ContextEngine) -> Prepared | None:
     before = copy.deepcopy(msgs)
     try:
         prepared = engine.prepare(msgs)
@@ -46,7 +46,7 @@ def _check_promises(msgs: list[Message], engine: ContextEngine) -> None:
         # Only allowed when the system prompt plus the latest user message cannot fit.
         assert exc.required > exc.budget
         assert _essential_cost(msgs) > engine.budget * 0.5
-        return
+        return None
     out = list(prepared.messages)
     report = prepared.report
     # 8. Pure: the input is untouched.
@@ -76,6 +76,7 @@ def _check_promises(msgs: list[Message], engine: ContextEngine) -> None:
     accounted = {i for a in report.actions + report.in_effect for i in a.message_ids}
     for m in msgs:
         assert m.id in out_ids or m.id in accounted, f"{m.role} message {m.id} vanished without a report"
+    return prepared
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -170,3 +171,161 @@ def test_a_step_with_nothing_to_compact_costs_o_new_messages(size: int) -> None:
         assert seq.touched <= 10  # a few id checks plus the new messages, whatever the size
         assert prepared.report.incremental
         assert list(prepared.messages) == history
+
+
+# ----------------------------------------------------------------------------- a floor that fills the target
+
+thresholds = st.builds(
+    lambda t, s, w, h: (
+        Thresholds(target=t, soft=max(s, t + 0.01), warn=max(w, s, t + 0.01), hard=1.0)
+        if h
+        else Thresholds(target=t, soft=max(s, t + 0.01), warn=max(w, s, t + 0.01), hard=max(w, s, t + 0.01))
+    ),
+    st.floats(0.1, 0.8),
+    st.floats(0.3, 0.9),
+    st.floats(0.5, 0.95),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=thresholds, floor=st.floats(0.0, 1.5), step=st.floats(0.0, 0.2))
+def test_thresholds_rise_with_the_floor_and_stay_ordered(t: Thresholds, floor: float, step: float) -> None:
+    lifted = t.above(floor)
+    if floor <= t.pivot:
+        assert lifted == t  # a small system prompt changes nothing
+        return
+    # Still valid thresholds (the constructor checks the order), never below the configured ones,
+    # with room above the floor for a summary and headroom under the soft limit.
+    assert lifted.target >= t.target and lifted.soft >= t.soft and lifted.warn >= t.warn
+    assert lifted.hard >= t.hard
+    if floor < 0.99:
+        assert floor < lifted.target < lifted.soft
+    # Monotone: a larger floor never lowers a limit.
+    higher = t.above(floor + step)
+    assert higher.target >= lifted.target - 1e-9 and higher.soft >= lifted.soft - 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=thresholds)
+def test_raised_thresholds_are_continuous_at_the_pivot(t: Thresholds) -> None:
+    near = t.above(t.pivot + 1e-7)
+    for a, b in ((near.target, t.target), (near.soft, t.soft), (near.warn, t.warn), (near.hard, t.hard)):
+        assert abs(a - b) < 1e-5
+
+
+def test_raised_thresholds_with_the_defaults() -> None:
+    t = Thresholds()
+    assert t.pivot == pytest.approx(0.3)
+    assert t.above(0.3) is t
+    sixty = t.above(0.6)
+    assert (round(sixty.target, 2), round(sixty.soft, 2), round(sixty.warn, 2), round(sixty.hard, 2)) == (
+        0.75,
+        0.90,
+        0.95,
+        0.98,
+    )
+    # Room under the target and headroom under the soft limit stay equal, as configured (0.2 and 0.2).
+    assert sixty.target - 0.6 == pytest.approx(sixty.soft - sixty.target)
+    over = t.above(1.4)  # essentials over the budget: valid thresholds, the fit check raises
+    assert over.target < over.soft <= 1.0
+
+
+def _policy(words: int) -> Message:
+    return Message(role="system", content="Follow the policy below. " + "rule " * words)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**9),
+    floor=st.sampled_from([0.45, 0.6, 0.75]),
+    messy=st.booleans(),
+    cjk=st.sampled_from([0.0, 0.5]),
+)
+def test_a_system_prompt_filling_most_of_the_budget_keeps_a_summary_and_compacts_rarely(
+    seed: int, floor: float, messy: bool, cjk: float
+) -> None:
+    """Issue 4: the essentials past the target used to leave no room for a summary (``no_room``)
+    and made every step compact. The engine now raises its thresholds above them."""
+    window = 4000
+    convo = make_conversation(
+        seed,
+        rounds=14,
+        steps=(1, 3),
+        parallel=2,
+        system=False,
+        cjk_share=cjk,
+        huge_share=0.0,
+        output_tokens=(5, 60),
+        messy=messy,
+    )
+    msgs = [_policy(int(floor * window)), *convo]
+    engine = ContextEngine(window=window, reserve=0, counter=COUNTER, truncator=None)
+    steps = compacting = 0
+    summarized = False
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        prepared = _check_promises(msgs[:i], engine)
+        assert prepared is not None  # the essentials fit the budget: never an overflow
+        report = prepared.report
+        steps += 1
+        assert not [a for a in report.actions if a.kind == "fallback" and a.reason.startswith("no_room")]
+        if report.compacted:
+            compacting += 1
+            assert report.tokens_after <= report.target
+            assert report.target > engine.budget * 0.5  # the raised target
+        summarized = summarized or any(a.kind == "summarized" for a in report.actions)
+        if summarized:  # once there is a summary, a summary stays in the context
+            assert any(_kind(x) == "summary" for x in prepared.messages)
+    assert compacting == 0 or summarized
+    # Compaction leaves headroom under the raised soft limit: not every step compacts.
+    assert compacting <= steps // 4
+
+
+def _kind(m: Message) -> object:
+    meta = m.metadata.get("agentcontext")
+    return meta.get("kind") if isinstance(meta, dict) else None
+
+
+def test_a_quiet_step_under_a_raised_soft_limit_costs_o_new_messages() -> None:
+    """Between the configured soft limit and the raised one nothing happens, in O(new) work."""
+    counter = WordCounter(cache_size=100_000)
+    body = make_conversation(
+        3, rounds=300, steps=(1, 2), parallel=1, system=False, huge_share=0.0, output_tokens=(5, 20)
+    )[:2000]
+    # The policy takes half the budget and the history 28% more: past the configured soft limit
+    # (70%), under the raised one (85%).
+    budget = int(counter.count_messages(body) / 0.28)
+    history = [_policy(budget // 2), *body]
+    engine = ContextEngine(window=budget, reserve=0, counter=counter, truncator=None)
+    first = engine.prepare(history)
+    assert first.report.level == Level.NONE and first.report.usage > 0.7
+    for step in range(5):
+        history = history + [
+            Message(role="user", content=f"next request {step}"),
+            Message(role="assistant", content=f"answer {step}"),
+        ]
+        seq = CountingSequence(history)
+        tokenized_before = counter.tokenized
+        prepared = engine.prepare(seq)
+        assert prepared.report.level == Level.NONE and not prepared.report.compacted
+        assert counter.tokenized - tokenized_before == 2
+        assert seq.touched <= 10
+        assert list(prepared.messages) == history
+    status = engine.status(history)
+    assert status.level == Level.NONE and status.recommendation.startswith("OK")
+
+
+def test_a_huge_latest_request_raises_the_limits_and_a_small_one_lowers_them() -> None:
+    counter = WordCounter()
+    msgs = make_conversation(5, rounds=6, steps=(1, 2), parallel=1, huge_share=0.0, output_tokens=(20, 40))
+    window = counter.count_messages(msgs) * 2
+    big = Message(role="user", content="paste " * int(window * 0.6))
+    engine = ContextEngine(window=window, reserve=0, counter=counter, truncator=None)
+    raised = engine.prepare([*msgs, big])
+    assert raised.report.target > int(0.5 * engine.budget)
+    assert big in list(raised.messages)
+    small = Message(role="user", content="thanks, now a small one")
+    after = engine.prepare([*msgs, big, Message(role="assistant", content="done"), small])
+    assert after.report.target == int(0.5 * engine.budget)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from agentcontext.engine import ContextEngine, Level
+from agentcontext.engine import ContextEngine, Level, Thresholds
 from agentcontext.exceptions import ConfigError, SummarizerError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, ToolCall
@@ -308,6 +308,26 @@ def test_no_room_falls_back_before_calling_the_summarizer() -> None:
     result, requests = drive(Summarize(), msgs, ctx_for(msgs), fixed("gist"))
     assert requests == []
     assert result.actions[0].reason.startswith("no_room:")
+
+
+def test_under_a_raised_target_the_ledger_leaves_the_summary_room() -> None:
+    # A long policy and a chatty user. The engine raised its target above the policy (as
+    # `Thresholds.above` does); a quarter of that target would let the user's old requests take
+    # all the room above the policy and leave none for the summary (``no_room``).
+    msgs = agent_run(12, system="policy " * 2000)
+    budget = 2800
+    floor = COUNTER.count_message(msgs[0]) + COUNTER.count_message(msgs[-4]) + 3
+    target = int(Thresholds().above(floor / budget).target * budget)
+    ctx = CompactionContext(counter=COUNTER, budget=budget, target=target, reply_overhead=3)
+    result, requests = drive(Summarize(), msgs, ctx, fixed("gist of the work " * 10))
+    assert [a.kind for a in result.actions] == ["summarized"]
+    assert len(requests) == 1
+    out = list(result.messages)
+    assert out[0] == msgs[0] and kind(out[1]) == "summary" and msgs[-4] in out
+    ledger = [m for m in out[2:] if m.role == "user" and m is not msgs[-4]]
+    assert ledger  # the user's requests are still kept verbatim, within half the room
+    assert sum(COUNTER.count_message(m) for m in ledger) <= (target - floor) // 2
+    assert result.tokens <= target
 
 
 def test_the_no_progress_guard_stops_re_summarizing_a_little_new_text() -> None:

@@ -182,3 +182,30 @@ async def test_async_driver_gives_the_same_result() -> None:
     b = await async_engine.aprepare(msgs)
     assert list(a.messages) == list(b.messages)
     assert a.report.actions == b.report.actions
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=conversations,
+    floor=st.sampled_from([0.55, 0.7, 0.85]),
+    seed=st.integers(0, 1000),
+    rate=failure_rates,
+)
+def test_promises_hold_with_a_huge_system_prompt_and_a_flaky_summarizer(
+    msgs: list[Message], floor: float, seed: int, rate: float
+) -> None:
+    """The raised thresholds (`Thresholds.above`) keep every promise, whatever the summarizer does."""
+    body = [m for m in msgs if m.role != "system"]
+    window = max(400, COUNTER.count_messages(body) // 2)
+    budget = window - window // 8
+    policy = Message(role="system", content="Follow the policy. " + "rule " * int(floor * budget))
+    history = [policy, *body]
+    summarizer = FlakySummarizer(seed, rate)
+    engine = ContextEngine(
+        window=window, reserve=window // 8, counter=COUNTER, truncator=None, summarizer=summarizer
+    )
+    for i, m in enumerate(history):
+        if m.role == "assistant":
+            _check(history[:i], engine)
+    _check(history, engine)
+    assert engine.stats.summarizer_failures == summarizer.raised

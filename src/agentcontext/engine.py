@@ -11,7 +11,10 @@ the agent passes the same history plus a new message or two, it counts and
 checks only the new ones: O(new messages), never a pass over the history.
 Compaction happens in large, rare steps, aimed at ``target`` usage (default
 50%), so the prompt prefix stays the same between them and provider prompt
-caches keep hitting.
+caches keep hitting. When the system prompt and the latest request alone take
+more than 30% of the budget, the target and the limits rise with them
+(`Thresholds.above`), so a summary still fits and compaction still leaves
+headroom.
 
 All the logic lives in one generator (`ContextEngine._flow`) that yields
 summary requests; `prepare` and `aprepare` are the two thin drivers that
@@ -29,7 +32,15 @@ from typing import TYPE_CHECKING, overload
 from .exceptions import ConfigError, ContextOverflowError, InvalidConversationError, SummarizerError
 from .messages import JSONValue, Message
 from .repair import RepairState, repair_messages
-from .strategies._base import Action, CompactionContext, CompactionResult, Strategy, SummaryRequest
+from .strategies._base import (
+    Action,
+    CompactionContext,
+    CompactionResult,
+    Strategy,
+    SummaryRequest,
+    essential_indices,
+    is_user_request,
+)
 from .strategies.hard_truncate import HardTruncate
 from .strategies.observation_masking import MaskObservations
 from .strategies.pipeline import Tiered
@@ -67,7 +78,11 @@ class Level(IntEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Thresholds:
-    """Usage ratios (of window minus reserve) that pick the level, and the target compaction aims at."""
+    """Usage ratios (of window minus reserve) that pick the level, and the target compaction aims at.
+
+    The engine uses them as they are unless the system prompt and the latest
+    request fill more than `pivot` of the budget; then it uses `above`.
+    """
 
     soft: float = 0.70
     warn: float = 0.85
@@ -82,6 +97,54 @@ class Thresholds:
                 "thresholds must satisfy 0 < target < soft <= warn <= hard <= 1, got "
                 f"target={self.target}, soft={self.soft}, warn={self.warn}, hard={self.hard}"
             )
+
+    @property
+    def pivot(self) -> float:
+        """The floor (share of the budget) above which `above` raises the thresholds.
+
+        It is where the room the target leaves above the floor shrinks to the gap
+        between target and soft limit (or to half the target, if that is smaller):
+        0.3 with the defaults.
+        """
+        return self.target - min(self.soft - self.target, self.target / 2)
+
+    def above(self, floor: float) -> Thresholds:
+        """These thresholds for a context of which ``floor`` (a share of the budget) cannot be compacted.
+
+        The floor is what every compaction keeps verbatim: the system prompt and
+        the latest user request. Up to `pivot` (0.3 with the defaults) the
+        thresholds are returned as they are. Past it, the configured target would
+        leave too little room above the floor for a summary and the recent
+        messages (none at all once the floor passes it, the ``no_room`` fallback),
+        and a floor past the soft limit would make every call compact. So the
+        limits rise with the floor: with ``free = (1 - floor) / (1 - pivot)``, the
+        share of the free space still left, each of soft, warn and hard keeps
+        ``free ** 2`` of its distance to the budget, and the target stays where it
+        was between the floor and the soft limit (halfway, with the defaults).
+        A floor of 60% gives target 75%, soft 90%, warn 95%, hard 98%.
+
+        The trade-off: the room under the target and the headroom before the next
+        compaction shrink in proportion to the free space, while the escalation
+        band above the soft limit (which only grades how hard the engine works)
+        shrinks faster, so that room and headroom get most of what is free. The
+        mapping is continuous at the pivot. As the floor nears the budget,
+        compactions come more often (each one frees a share of what is free, never
+        nothing), and a floor at or over the budget cannot fit at all: the limits
+        then sit just under 1 and `HardTruncate` raises `ContextOverflowError`.
+        """
+        pivot = self.pivot
+        if floor <= pivot:
+            return self
+        floor = min(floor, 0.999)  # keeps the limits strictly ordered; the fit check raises anyway
+        keep = ((1.0 - floor) / (1.0 - pivot)) ** 2
+
+        def lift(x: float) -> float:
+            return 1.0 - (1.0 - x) * keep
+
+        soft = lift(self.soft)
+        # The target keeps its place between the floor and the soft limit (continuous at the pivot).
+        target = floor + (soft - floor) * (self.target - pivot) / (self.soft - pivot)
+        return Thresholds(soft=soft, warn=lift(self.warn), hard=lift(self.hard), target=target)
 
     def level(self, ratio: float) -> Level:
         """The level for a usage ratio."""
@@ -109,7 +172,7 @@ class Report:
     window: int
     reserve: int
     target: int
-    """Tokens compaction aims at."""
+    """Tokens compaction aims at (raised above a large system prompt, `Thresholds.above`)."""
     actions: tuple[Action, ...] = ()
     """Everything this call did: repairs, ingest truncations, masks, drops, summaries."""
     in_effect: tuple[Action, ...] = ()
@@ -319,6 +382,23 @@ class _State:
     """Sum of message counts of ``out[:out_len]`` (reply priming excluded)."""
     repair: RepairState
     in_effect: tuple[Action, ...]
+    floor: _Floor
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Floor:
+    """What no compaction removes from ``out``: the leading system messages and the latest user request."""
+
+    head_len: int = 0
+    """How many messages at the start are system messages."""
+    head_tokens: int = 0
+    user_tokens: int = 0
+    """Tokens of the latest user request (0 when there is none)."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the system head and the latest request (reply priming excluded)."""
+        return self.head_tokens + self.user_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -389,7 +469,9 @@ class ContextEngine:
         reserve: tokens kept free for the reply (default: the model's default reserve,
             or 25% of ``window`` capped at 16,384 when there is no model).
         counter: the token counter (default: the best one for the model).
-        thresholds: soft / warn / hard levels and the compaction target.
+        thresholds: soft / warn / hard levels and the compaction target; raised for a call
+            whose system prompt and latest request take more than `Thresholds.pivot` of the
+            budget (`Thresholds.above`), and ``Report.target`` then says what was aimed at.
         pipelines: the strategy to run at each level (default: `default_pipelines`).
         summarizer: writes the summaries of summarize tiers (default: the offline, deterministic
             `ExtractiveSummarizer`, counting with ``counter``; pass an LLM summarizer for model-written ones).
@@ -527,7 +609,8 @@ class ContextEngine:
         counted = self._count(messages, commit=False)
         tokens = counted.tokens
         ratio = tokens / self.budget
-        level = self.thresholds.level(ratio)
+        th = self._thresholds(self._floor(counted), self.budget)
+        level = th.level(ratio)
         return Status(
             tokens=tokens,
             budget=self.budget,
@@ -535,7 +618,7 @@ class ContextEngine:
             reserve=self.reserve,
             ratio=ratio,
             level=level,
-            recommendation=self._recommend(ratio, level),
+            recommendation=self._recommend(ratio, level, th),
         )
 
     def can_add(self, messages: Sequence[Message], message: Message) -> bool:
@@ -657,6 +740,29 @@ class ContextEngine:
             incremental=incremental,
         )
 
+    def _floor(self, counted: _Counted) -> _Floor:
+        """The floor of the counted messages, from the remembered one and the new messages: O(new)."""
+        st = self._state
+        known = st.floor if counted.base is not None and st is not None else _Floor()
+        head_len, head_tokens = known.head_len, known.head_tokens
+        new = counted.messages
+        if head_len == counted.base_len:  # the system head may continue into the new messages
+            for m in new:
+                if m.role != "system":
+                    break
+                head_len += 1
+                head_tokens += self.counter.count_message(m)
+        user_tokens = known.user_tokens
+        for i in range(len(new) - 1, -1, -1):
+            if is_user_request(new[i]):
+                user_tokens = self.counter.count_message(new[i])
+                break
+        return _Floor(head_len=head_len, head_tokens=head_tokens, user_tokens=user_tokens)
+
+    def _thresholds(self, floor: _Floor, limit: int) -> Thresholds:
+        """The thresholds for this call: raised when the floor leaves too little room (`Thresholds.above`)."""
+        return self.thresholds.above((floor.tokens + self.reply_overhead) / limit)
+
     def _flow(
         self, messages: Sequence[Message], *, budget: int | None, minimum: Level
     ) -> Generator[SummaryRequest, str, Prepared]:
@@ -666,7 +772,9 @@ class ContextEngine:
         self.stats.truncations += sum(1 for a in counted.actions if a.kind == "truncated")
         limit = min(budget, self.budget) if budget is not None else self.budget
         tokens = counted.tokens
-        level = self.thresholds.level(tokens / limit)
+        floor = self._floor(counted)
+        th = self._thresholds(floor, limit)
+        level = th.level(tokens / limit)
         start_level = max(level, minimum)
         stubs = tuple(counted.repair.pending_stubs())
         in_effect = self._state.in_effect if counted.incremental and self._state is not None else ()
@@ -682,7 +790,7 @@ class ContextEngine:
             out_tokens = tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in stubs)
             # Concatenate only when something happened, so a quiet step stays O(new).
             carried = in_effect + tuple(counted.actions) if counted.actions else in_effect
-            self._remember(messages, out, out_tokens, counted.repair, carried)
+            self._remember(messages, out, out_tokens, counted.repair, carried, floor)
             report = Report(
                 level=level,
                 final_level=Level.NONE,
@@ -691,7 +799,7 @@ class ContextEngine:
                 budget=limit,
                 window=self.window,
                 reserve=self.reserve,
-                target=int(self.thresholds.target * limit),
+                target=int(th.target * limit),
                 actions=tuple(counted.actions),
                 in_effect=in_effect,
                 counter=self.counter.name,
@@ -710,15 +818,20 @@ class ContextEngine:
         ctx = CompactionContext(
             counter=self.counter,
             budget=limit,
-            target=int(self.thresholds.target * limit),
+            target=int(th.target * limit),
             reply_overhead=self.reply_overhead,
             protected_ids=protected,
             window=self.window,
             reserve=self.reserve,
         )
-        soft_tokens = int(self.thresholds.soft * limit)
+        soft_tokens = int(th.soft * limit)
         actions = list(counted.actions)
         notes: list[str] = []
+        if th is not self.thresholds:
+            notes.append(
+                f"the system prompt and the latest request take {floor.tokens + self.reply_overhead:,} of the "
+                f"{limit:,}-token budget: target raised to {th.target:.0%}, soft limit to {th.soft:.0%}"
+            )
         current: tuple[Message, ...] = tuple(full)
         current_tokens = tokens
         lvl: Level = start_level
@@ -761,7 +874,13 @@ class ContextEngine:
             current_tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in kept_stubs)
         )
         new_in_effect = in_effect + tuple(actions)
-        self._remember(messages, out, out_tokens, repair, new_in_effect)
+        head_idx, latest_user = essential_indices(out)
+        out_floor = _Floor(
+            head_len=len(head_idx),
+            head_tokens=sum(self.counter.count_message(out[i]) for i in head_idx),
+            user_tokens=self.counter.count_message(out[latest_user]) if latest_user is not None else 0,
+        )
+        self._remember(messages, out, out_tokens, repair, new_in_effect, out_floor)
         report = Report(
             level=level,
             final_level=lvl,
@@ -788,6 +907,7 @@ class ContextEngine:
         out_tokens: int,
         repair: RepairState,
         in_effect: tuple[Action, ...],
+        floor: _Floor,
     ) -> None:
         if not messages:
             self._state = None
@@ -801,6 +921,7 @@ class ContextEngine:
             out_tokens=out_tokens,
             repair=repair,
             in_effect=in_effect,
+            floor=floor,
         )
 
     def _record(self, report: Report) -> None:
@@ -821,8 +942,7 @@ class ContextEngine:
             if report.tokens_before:
                 s._ratio_sum += report.tokens_after / report.tokens_before
 
-    def _recommend(self, ratio: float, level: Level) -> str:
-        t = self.thresholds
+    def _recommend(self, ratio: float, level: Level, t: Thresholds) -> str:
         used = f"{ratio:.0%} of the {self.budget:,}-token budget used"
         if ratio > 1.0:
             return f"OVER: {used}; the next prepare() must hard-truncate. Compact now with a summary to keep more."

@@ -45,7 +45,8 @@ FallbackReason = Literal[
     "empty_summary",  # it returned nothing usable
     "not_smaller",  # the result would not be smaller than the input
     "over_target",  # the result would still be over the engine's target
-    "no_room",  # the kept messages alone leave no room for a summary
+    "no_room",  # the kept messages alone leave no room for a summary (the engine raises its target
+    # above a large system prompt, `Thresholds.above`, so this is left for floors near the budget)
     "no_progress",  # too little new since the last summary to be worth one
     "nothing_to_summarize",  # no safe split point, or only kept messages before it
 ]
@@ -114,7 +115,10 @@ class Summarize:
             latest user request and system messages are always kept. With
             ``"all"``, the first request and the newest ones are kept up to
             ``ledger_share`` of the target; the summary covers the rest.
-        ledger_share: the most of the target the optional ledger may take. Default 0.25.
+        ledger_share: the most of the target the optional ledger may take, and never
+            more than half the room the target leaves above the system prompt and the
+            latest request (the summary keeps the rest when the engine has raised its
+            target above a large system prompt). Default 0.25.
         acknowledge: add a short assistant acknowledgement after the summary and
             ledger when the next kept message is a user turn, so roles alternate
             (Gemini's "Got it"). Default True; costs about 20 tokens.
@@ -235,6 +239,10 @@ class Summarize:
             + ctx.reply_overhead
             + (counts[latest_user] if latest_user is not None else 0)
         )
+        # The room above what every split keeps. The ledger takes at most half of it, so that when the
+        # engine has raised its target above a large system prompt (`Thresholds.above`), a share of
+        # that target does not hand the whole room to the ledger and leave none for the summary.
+        space = ctx.target - (floor - wrapper)
         if ctx.target - floor < self.min_summary_tokens:
             raise _Fallback(
                 "no_room",
@@ -254,7 +262,7 @@ class Summarize:
                 tried_after_fallback += 1
                 if tried_after_fallback > 64:
                     break
-            ledger = self._ledger(msgs, counts, h, p, latest_user, ctx)
+            ledger = self._ledger(msgs, counts, h, p, latest_user, ctx, space)
             needs_ack = self.acknowledge and p < n and msgs[p].role == "user"
             used = (
                 head_tokens
@@ -318,8 +326,9 @@ class Summarize:
         p: int,
         latest_user: int | None,
         ctx: CompactionContext,
+        space: int,
     ) -> tuple[int, ...]:
-        """Indices in ``[h, p)`` kept verbatim after the summary."""
+        """Indices in ``[h, p)`` kept verbatim after the summary (the optional ones within the ledger's room)."""
         must = {
             i
             for i in range(h, p)
@@ -333,7 +342,7 @@ class Summarize:
             must.add(latest_user)
         if self.ledger == "all":
             users = [i for i in range(h, p) if is_user_request(msgs[i]) and i not in must]
-            room = int(self.ledger_share * ctx.target)
+            room = min(int(self.ledger_share * ctx.target), space // 2)
             # The first request (the goal) first, then the newest ones.
             for i in users[:1] + users[:0:-1]:
                 if counts[i] > room:
