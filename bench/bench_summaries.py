@@ -11,6 +11,13 @@ URLs, ids and hashes, numbers with units, error names, dates: see
 identifier counts as kept when the exact string appears anywhere in the
 prepared context (message text or tool-call arguments).
 
+A step is *feasible* when the system prompt plus the first and latest user
+messages leave at least 64 tokens under the configured target (50% of the
+budget), the condition for any summary to fit before the engine raised its
+target above large system prompts; the definition is kept so figures compare
+across versions. The table also counts compactions (calls that changed the
+context) and the steps whose target the engine raised (`Thresholds.above`).
+
 Pipelines compared at the same window, all with the engine's ingest truncation:
 
 - ``default``: the engine's default pipeline, with the offline `ExtractiveSummarizer`;
@@ -118,6 +125,8 @@ class Tally:
     steps: int = 0
     overflow_steps: int = 0
     summaries: int = 0
+    compactions: int = 0
+    raised_steps: int = 0
     fallbacks: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -171,6 +180,8 @@ def replay(
             engine.reset()
             continue
         tally.steps += 1
+        # A system prompt and latest request past 30% of the budget raise the target (Thresholds.above).
+        tally.raised_steps += prepared.report.target > target
         out = list(prepared.messages)
         out_ids = {m.id for m in out}
         evicted: dict[str, None] = {}
@@ -191,6 +202,7 @@ def replay(
             tally.final_kept, tally.final_evicted = kept, len(evicted)
     tally.seconds = time.perf_counter() - start
     tally.summaries = engine.stats.summaries
+    tally.compactions = engine.stats.total_compactions
     tally.fallbacks = dict(engine.stats.fallbacks)
     return tally
 
@@ -228,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| pipeline | identifiers kept, all steps | feasible steps | mean per conversation | at the last step "
-        "| summaries | fallbacks | overflow steps | time |"
+        "| summaries | compactions | fallbacks | overflow steps | raised-target steps | time |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for name in names:
         tallies = list(results[name].values())
         kept = sum(t.kept for t in tallies)
@@ -248,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         fee = sum(t.feasible_evicted for t in tallies)
         print(
             f"| {name} | {pct(kept, ev)} ({kept:,}/{ev:,}) | {pct(fek, fee)} ({fek:,}/{fee:,}) | {mean} | {pct(fk, fe)} | "
-            f"{sum(t.summaries for t in tallies)} | {fbs} | {sum(t.overflow_steps for t in tallies)} | "
+            f"{sum(t.summaries for t in tallies)} | {sum(t.compactions for t in tallies)} | {fbs} | "
+            f"{sum(t.overflow_steps for t in tallies)} | {sum(t.raised_steps for t in tallies)} | "
             f"{sum(t.seconds for t in tallies):.1f} s |"
         )
     print("\nBy source (identifiers kept over all steps):\n")
@@ -274,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                     "steps": t.steps,
                     "overflow_steps": t.overflow_steps,
                     "summaries": t.summaries,
+                    "compactions": t.compactions,
+                    "raised_steps": t.raised_steps,
                     "fallbacks": t.fallbacks,
                     "source": sources[cid],
                 }
