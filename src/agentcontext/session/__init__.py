@@ -29,14 +29,8 @@ from ._records import (
     UndoRecord,
     UsageRecord,
 )
-from ._session import (
-    DMAIL_TEMPLATE,
-    Checkpoint,
-    DMail,
-    Session,
-    SupportsCalibration,
-    UsageTotals,
-)
+from ._session import Session
+from ._types import DMAIL_TEMPLATE, Checkpoint, DMail, SupportsCalibration, UsageTotals
 from ._view import SessionView
 from .stores import (
     CorruptRecordWarning,

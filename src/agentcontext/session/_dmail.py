@@ -11,13 +11,15 @@ label, size of the view then); call it with one and the D-Mail is queued for
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, UsageError
 from ..messages import JSONValue
-from ._recall import _check_name
+from ._recall import _check_name, parse_tool_arguments
+from ._types import Checkpoint, DMail
 
-__all__ = ["DMAIL_TOOL_DESCRIPTION", "dmail_tool_anthropic", "dmail_tool_openai"]
+__all__ = ["DMAIL_TOOL_DESCRIPTION", "answer_dmail_call", "dmail_tool_anthropic", "dmail_tool_openai"]
 
 DMAIL_TOOL_DESCRIPTION = (
     "Send a message back in time to an earlier checkpoint of this conversation, when a path turned out "
@@ -74,3 +76,34 @@ def dmail_tool_anthropic(*, name: str = "send_dmail") -> dict[str, JSONValue]:
             },
         },
     }
+
+
+def answer_dmail_call(
+    arguments: str | Mapping[str, object],
+    *,
+    checkpoints: Sequence[Checkpoint],
+    send: Callable[[int, str], DMail],
+) -> str:
+    """The text for a D-Mail tool result (see `Session.handle_dmail`)."""
+    args = parse_tool_arguments(arguments)
+    if isinstance(args, str):
+        return f"dmail failed: {args}"
+    checkpoint, text = args.get("checkpoint"), args.get("message")
+    if checkpoint is None:
+        listed = checkpoints[-20:]
+        if not listed:
+            return "There are no checkpoints yet; a D-Mail cannot be sent."
+        rows = [
+            f"checkpoint {c.id}: {c.label or '(no label)'} ({c.messages} messages in view)" for c in listed
+        ]
+        return "Checkpoints, oldest first:\n" + "\n".join(rows)
+    if not isinstance(text, str) or not text.strip():
+        return "dmail failed: pass the message your earlier self should read"
+    try:
+        sent = send(checkpoint, text)  # type: ignore[arg-type]  # send_dmail checks the id's type
+    except UsageError as exc:
+        return f"dmail failed: {exc}"
+    return (
+        f"D-Mail queued for checkpoint {sent.checkpoint}. When this step ends, the conversation returns "
+        "to that checkpoint and your message is shown there."
+    )

@@ -14,17 +14,25 @@ raises `RecallError`.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from ..artifacts import parse_ref
+from ..artifacts import ArtifactStore, parse_ref
 from ..exceptions import ConfigError, RecallError
 from ..messages import ImagePart, JSONValue, Message
+from ._records import CompactionRecord
 
 __all__ = [
     "RECALL_TOOL_DESCRIPTION",
+    "RecallSources",
     "RefKind",
+    "answer_recall_call",
     "parse_recall_ref",
+    "parse_tool_arguments",
+    "recall_text",
     "recall_tool_anthropic",
     "recall_tool_openai",
     "render_message",
@@ -69,6 +77,112 @@ def parse_recall_ref(ref: object) -> tuple[RefKind | None, str]:
             raise RecallError(f"{shown!r}: a compaction reference is compaction:<number>; {_EXPECTED}")
         return "compaction", str(int(key))
     return None, text
+
+
+@dataclass(frozen=True, slots=True)
+class RecallSources:
+    """Everything recall may read: one session's records and artifacts, nothing else."""
+
+    archive: Mapping[str, Message]
+    """Every message of the log by id (originals and replacements)."""
+    compactions: Mapping[int, CompactionRecord]
+    """Compaction records by seq."""
+    known_artifacts: Set[str]
+    """The artifact refs this session's records mention; no other artifact can be recalled."""
+    stores: tuple[ArtifactStore, ...]
+    """Where to look for those artifacts, in order."""
+
+
+def recall_text(ref: object, sources: RecallSources) -> str:
+    """The full original behind ``ref`` (see `Session.recall`)."""
+    kind, key = parse_recall_ref(ref)
+    if kind == "artifact":
+        return _artifact(key, sources)
+    if kind == "compaction":
+        return _compaction(int(key), sources)
+    m = sources.archive.get(key)
+    if m is None:
+        if kind is None:
+            raise RecallError(f"{key[:100]!r} is not a reference to this session's records; {_EXPECTED}")
+        raise RecallError(f"no message {key[:100]!r} in this session")
+    truncated = m.metadata.get("truncated") if m.metadata else None
+    if isinstance(truncated, Mapping) and isinstance(truncated.get("ref"), str):
+        try:
+            return _artifact(str(truncated["ref"]), sources)
+        except RecallError:
+            pass  # the preview is all there is
+    return render_message(m)
+
+
+def _artifact(ref: str, sources: RecallSources) -> str:
+    if ref not in sources.known_artifacts:
+        raise RecallError(f"{ref!r} is not an artifact of this session")
+    errors: list[str] = []
+    for store in sources.stores:
+        try:
+            return store.get(ref)
+        except RecallError as exc:
+            errors.append(str(exc))
+    raise RecallError(f"{ref!r} was recorded by this session but its file is gone ({'; '.join(errors)})")
+
+
+def _compaction(seq: int, sources: RecallSources) -> str:
+    record = sources.compactions.get(seq)
+    if record is None:
+        known = ", ".join(str(s) for s in sorted(sources.compactions)[-5:]) or "none"
+        raise RecallError(f"no compaction:{seq} in this session (latest: {known})")
+    parts = [
+        f"compaction:{seq} ({record.level or 'unknown'} level, {record.ts or 'time unknown'}) replaced "
+        f"{len(record.covers)} message(s); prompt tokens {record.tokens_before} -> {record.tokens_after}."
+    ]
+    for mid in record.covers:
+        m = sources.archive.get(mid)
+        parts.append(
+            f"{message_heading(m)}\n{render_message(m)}" if m else f"[message {mid}: not in the log]"
+        )
+    return "\n\n".join(parts)
+
+
+def parse_tool_arguments(arguments: str | Mapping[str, object]) -> dict[str, object] | str:
+    """A tool call's arguments as a dict, or the reason they are not one.
+
+    Takes them as the provider gives them: the JSON string of an OpenAI tool
+    call or the ``input`` dict of an Anthropic ``tool_use`` block.
+    """
+    try:
+        args: object = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    except (ValueError, TypeError) as exc:
+        return f"the arguments are not a JSON object ({exc})"
+    if not isinstance(args, dict):
+        return "the arguments must be a JSON object"
+    return args
+
+
+def answer_recall_call(
+    arguments: str | Mapping[str, object], sources: RecallSources, *, max_chars: int
+) -> str:
+    """The text for a recall tool result: one page of the original, or ``recall failed: ...``."""
+    args = parse_tool_arguments(arguments)
+    if isinstance(args, str):
+        return f'recall failed: {args}; pass {{"ref": "message:<id>"}}'
+    offset = args.get("offset")
+    if offset is None:
+        offset = 0
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return f"recall failed: offset must be a whole number >= 0, got {offset!r}"
+    try:
+        text = recall_text(args.get("ref"), sources)
+    except RecallError as exc:
+        return f"recall failed: {exc}"
+    size = len(text)
+    if offset > size or (offset == size and size):
+        return f"recall failed: offset {offset:,} is past the end ({size:,} characters)"
+    end = min(size, offset + max_chars)
+    page = text[offset:end]
+    if offset == 0 and end == size:
+        return page
+    more = f"; call recall again with offset={end} for more" if end < size else " (the end)"
+    return f"{page}\n[recall: characters {offset:,}-{end:,} of {size:,}{more}]"
 
 
 def render_message(m: Message) -> str:

@@ -52,131 +52,58 @@ the second writer).
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING
 
 from .. import _serde
-from .._serde import SCHEMA_VERSION, RecordDecodeError, UnknownRecord
+from .._serde import RecordDecodeError, UnknownRecord
 from ..artifacts import ArtifactStore, MemoryArtifactStore
 from ..exceptions import (
     ConfigError,
     InvalidMessageError,
     RecallError,
-    StoreError,
     UsageError,
 )
-from ..messages import JSONValue, Message, new_id
+from ..messages import Message
 from ..tokens._base import TokenCounter
-from ._recall import message_heading, parse_recall_ref, render_message
+from ._dmail import answer_dmail_call
+from ._recall import RecallSources, answer_recall_call, parse_recall_ref, recall_text
 from ._records import (
     CheckpointRecord,
     CompactionRecord,
     DMailRecord,
-    HeaderRecord,
     MessageRecord,
-    Record,
     RevertRecord,
     UndoRecord,
     UsageRecord,
 )
-from ._view import SessionView, UndoLink, ViewState
+from ._state import SessionState, _is_pending_stub, _now, read_log
+from ._types import (
+    DEFAULT_RECALL_MAX_CHARS,
+    DMAIL_TEMPLATE,
+    Checkpoint,
+    DMail,
+    SupportsCalibration,
+    UsageTotals,
+)
+from ._view import SessionView, ViewState
 from .stores._base import (
     CorruptRecordWarning,
     FsyncPolicy,
     SessionStore,
-    StoredRecord,
-    UnknownRecordWarning,
-    WarningLimiter,
 )
 from .stores.jsonl import JSONLStore
 
 if TYPE_CHECKING:
     from ..engine import ContextEngine, Prepared
 
-__all__ = [
-    "DMAIL_TEMPLATE",
-    "Checkpoint",
-    "DMail",
-    "Session",
-    "SupportsCalibration",
-    "UsageTotals",
-]
-
-DMAIL_TEMPLATE = (
-    "<system>D-Mail: this conversation was rewound to an earlier point, and the message below comes "
-    "from your own later self, who saw how things went. Take it into account from here on; do not "
-    "mention the D-Mail to the user.</system>\n\n{text}"
-)
-"""How a delivered D-Mail reads to the model (``{text}`` is the sent text)."""
-
-DEFAULT_RECALL_MAX_CHARS = 20_000
-"""Characters per page `Session.handle_recall` returns (about 5,000 tokens of English)."""
+__all__ = ["Session"]
 
 
-@runtime_checkable
-class SupportsCalibration(Protocol):
-    """A counter that learns from provider-reported usage (such as ``CalibratedCounter``)."""
-
-    def observe(self, messages: Sequence[Message], reported_prompt_tokens: int) -> object:
-        """Take one provider-reported prompt size for ``messages`` (the return value is ignored)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
-    """A checkpoint of the session (`Session.checkpoints`)."""
-
-    id: int
-    """Stable for the session's life: compactions and reverts never change or reuse it."""
-    seq: int
-    """The seq of its record in the log."""
-    ts: str | None
-    label: str | None
-    messages: int
-    """How many messages the view held at the checkpoint."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DMail:
-    """A D-Mail waiting to be delivered (`Session.pending_dmail`)."""
-
-    checkpoint: int
-    text: str
-    seq: int
-    """The seq of its record."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UsageTotals:
-    """Provider-reported usage summed over every recorded call (reverted branches included: they were paid for)."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _is_pending_stub(m: Message) -> bool:
-    meta = m.metadata.get("agentcontext") if m.metadata else None
-    return m.role == "tool" and isinstance(meta, Mapping) and meta.get("kind") == "stub_result"
-
-
-class _Skip(Exception):
-    """A record that cannot apply to the state rebuilt so far (the log is damaged)."""
-
-
-class Session:
+class Session(SessionState):
     """One agent conversation, persisted as an append-only log (see the module docstring).
 
     Make one with `Session.open` (a JSON Lines file, the default) or
@@ -204,36 +131,17 @@ class Session:
             or recall_max_chars < 100
         ):
             raise ConfigError(f"recall_max_chars must be an int >= 100, got {recall_max_chars!r}")
-        self._store = store
-        self._engine = engine
+        super().__init__(store, engine=engine)
         self._counter = counter if counter is not None else (engine.counter if engine is not None else None)
         self._artifacts: ArtifactStore = artifacts if artifacts is not None else store.default_artifacts()
         self._other_artifacts: tuple[ArtifactStore, ...] = ()
         self.recall_max_chars = recall_max_chars
-        self._lock = threading.RLock()
-        self._closed = False
-        self._id = ""
-        self._schema_version = SCHEMA_VERSION
-        self._migrated_to: str | None = None
-        self._seq = -1
-        self._archive: dict[str, Message] = {}
-        self._view = ViewState([], 0)
-        self._checkpoints: dict[int, tuple[CheckpointRecord, ViewState]] = {}
-        self._next_checkpoint = 0
-        self._compactions: dict[int, CompactionRecord] = {}
-        self._usage: UsageRecord | None = None
-        self._totals = UsageTotals()
-        self._dmail: DMailRecord | None = None
-        self._unknown: list[UnknownRecord] = []
-        self._known_artifacts: set[str] = set()
-        # (view length covered, its prompt tokens): the last reported usage or our own count.
-        self._token_base: tuple[int, int] | None = None
-        # The view length the engine last returned (its remembered prefix), for O(new) prepare.
-        self._prepared_len: int | None = None
         self._last_prompt: Sequence[Message] | None = None
-        self._replaying = False
         if engine is not None:
             self._attach_engine(engine)
+
+    def _view_rewritten(self) -> None:
+        self._last_prompt = None  # the prompt it came from is no longer the view's
 
     # ------------------------------------------------------------------ opening
 
@@ -320,217 +228,6 @@ class Session:
             elif truncator.store is not self._artifacts:
                 self._other_artifacts = (truncator.store,)
         engine.reset()
-
-    def _restore(self) -> None:
-        self._replaying = True
-        corrupt = WarningLimiter(CorruptRecordWarning)
-        unknown = WarningLimiter(UnknownRecordWarning)
-        try:
-            stream = self._store.load()
-            first = next(stream, None)
-            if first is None:
-                if not self._store.read_only:
-                    header = HeaderRecord(
-                        seq=0,
-                        ts=_now(),
-                        schema_version=SCHEMA_VERSION,
-                        session_id="ses_" + new_id()[4:],
-                        created_by=_library(),
-                    )
-                    self._replaying = False
-                    self._commit([header])
-                return
-            version = _serde.detect_version(first.data)
-            pairs: Iterable[tuple[str, dict[str, JSONValue]]] = _pairs(first, stream)
-            if version is None:
-                corrupt.warn(
-                    f"{self._store.location}: the first record ({first.where}) is not a header; "
-                    f"reading the log as schema {SCHEMA_VERSION}"
-                )
-            elif version > SCHEMA_VERSION:
-                if not self._store.read_only:
-                    raise StoreError(
-                        f"{self._store.location} was written by a newer agentcontext (schema {version}; this "
-                        f"version writes {SCHEMA_VERSION}); open it with read_only=True, or upgrade agentcontext"
-                    )
-                warnings.warn(
-                    f"{self._store.location} uses schema {version}, newer than {SCHEMA_VERSION}; reading what "
-                    "this version understands",
-                    UnknownRecordWarning,
-                    stacklevel=3,
-                )
-            elif version < SCHEMA_VERSION:
-                pairs = _serde.upcast(pairs, from_version=version)
-            migrate: list[dict[str, JSONValue]] | None = (
-                [] if version is not None and version < SCHEMA_VERSION and not self._store.read_only else None
-            )
-            self._schema_version = version if version is not None else SCHEMA_VERSION
-            for where, data in pairs:
-                record = self._replay_one(where, data, corrupt, unknown)
-                if migrate is not None:
-                    # Re-encoded by the one codec; what it cannot read is carried over verbatim.
-                    migrate.append(_serde.encode_record(record) if record is not None else data)
-            self._schema_version = (
-                version if version is not None else SCHEMA_VERSION
-            )  # as read, not as upcast
-            if migrate is not None:
-                self._migrated_to = self._store.replace(migrate)
-        finally:
-            self._replaying = False
-            corrupt.finish(self._store.location)
-            unknown.finish(self._store.location)
-
-    def _replay_one(
-        self, where: str, data: dict[str, JSONValue], corrupt: WarningLimiter, unknown: WarningLimiter
-    ) -> Record | None:
-        """Decode and apply one stored record; returns it when it is of a known type and decoded."""
-        location = self._store.location
-        try:
-            record = _serde.decode_record(data, where=where)
-        except RecordDecodeError as exc:
-            corrupt.warn(f"{location}: {exc}; the record is skipped")
-            return None
-        if isinstance(record, UnknownRecord):
-            self._unknown.append(record)
-            if record.seq is not None and record.seq > self._seq:
-                self._seq = record.seq
-            unknown.warn(
-                f"{location}: {where} has record type {record.type!r}, unknown to this version "
-                "(written by a newer agentcontext?); it is kept in the log and passed over"
-            )
-            return None
-        record = cast(Record, record)  # decode_record builds only registered types
-        if record.seq <= self._seq:
-            corrupt.warn(
-                f"{location}: {where} repeats or goes back to seq {record.seq}; the record is skipped"
-            )
-            return None
-        try:
-            self._apply(record)
-        except _Skip as exc:
-            corrupt.warn(f"{location}: {where} ({type(record).__name__}) cannot be applied: {exc}; skipped")
-            self._seq = record.seq
-        return record
-
-    # ------------------------------------------------------------------ the one place state changes
-
-    def _commit(self, records: list[Record]) -> None:
-        """Persist ``records`` (one batch), then apply them. On a store error nothing changes."""
-        encoded = [_serde.encode_record(r) for r in records]
-        self._store.append(encoded, expected_seq=self._seq + 1)
-        for r in records:
-            self._apply(r)
-
-    def _apply(self, record: Record) -> None:
-        if isinstance(record, MessageRecord):
-            m = record.message
-            self._archive[m.id] = m
-            self._note_refs(m)
-            self._view = self._view.appended(m)
-        elif isinstance(record, UsageRecord):
-            self._apply_usage(record)
-        elif isinstance(record, CheckpointRecord):
-            if record.id in self._checkpoints:
-                raise _Skip(f"checkpoint {record.id} already exists")
-            if self._replaying and record.view_len != self._view.length:
-                warnings.warn(
-                    f"{self._store.location}: checkpoint {record.id} was taken with {record.view_len} messages "
-                    f"in view, the restored view has {self._view.length}; earlier records were probably skipped",
-                    CorruptRecordWarning,
-                    stacklevel=4,
-                )
-            self._checkpoints[record.id] = (record, self._view)
-            self._next_checkpoint = max(self._next_checkpoint, record.id + 1)
-        elif isinstance(record, CompactionRecord):
-            self._apply_compaction(record)
-        elif isinstance(record, RevertRecord):
-            target = self._checkpoints.get(record.checkpoint)
-            if target is None:
-                raise _Skip(f"no checkpoint {record.checkpoint}")
-            self._set_view(target[1])
-            if record.dmail is not None:
-                self._dmail = None
-        elif isinstance(record, UndoRecord):
-            link = self._view.undo
-            if link is None or link.compaction_seq != record.compaction:
-                raise _Skip(f"compaction {record.compaction} is not the newest one in the view")
-            tail = self._view.items[link.after_len : self._view.length]
-            self._set_view(link.before.extended(tail))
-        elif isinstance(record, DMailRecord):
-            self._dmail = record if record.status == "sent" else None
-        elif isinstance(record, HeaderRecord):
-            self._id = record.session_id
-            self._schema_version = record.schema_version
-        self._seq = record.seq
-
-    def _apply_usage(self, record: UsageRecord) -> None:
-        t = self._totals
-        self._totals = UsageTotals(
-            calls=t.calls + 1,
-            prompt_tokens=t.prompt_tokens + record.prompt_tokens,
-            completion_tokens=t.completion_tokens + (record.completion_tokens or 0),
-            cached_tokens=t.cached_tokens + (record.cached_tokens or 0),
-        )
-        self._usage = record
-        if record.view_len <= self._view.length:
-            self._token_base = (record.view_len, record.prompt_tokens)
-
-    def _apply_compaction(self, record: CompactionRecord) -> None:
-        view = self._view
-        if record.keep > view.length:
-            raise _Skip(f"it keeps {record.keep} messages of a view of {view.length}")
-        by_id = {m.id: m for m in record.replacements}
-        tail: list[Message] = []
-        for mid in record.view:
-            m = by_id.get(mid) or self._archive.get(mid)
-            if m is None:
-                raise _Skip(f"its view names message {mid!r}, which is in no earlier record")
-            tail.append(m)
-        for m in record.replacements:
-            self._archive.setdefault(m.id, m)
-            self._note_refs(m)
-        for action in record.actions:
-            refs = action.get("refs")
-            if isinstance(refs, list):
-                self._known_artifacts.update(
-                    r for r in refs if isinstance(r, str) and r.startswith("artifact:")
-                )
-        undo = view.undo
-        if record.compacted or (undo is not None and record.keep < undo.after_len):
-            undo = UndoLink(before=view, after_len=record.keep + len(tail), compaction_seq=record.seq)
-        self._compactions[record.seq] = record
-        base = self._token_base
-        self._view = view.rewritten(record.keep, tail, undo=undo)
-        # A rewrite past what the token base covers leaves it valid (the common ingest-truncation case).
-        self._token_base = base if base is not None and base[0] <= record.keep else None
-
-    def _set_view(self, view: ViewState) -> None:
-        self._view = view
-        self._token_base = None
-        self._prepared_len = None
-        self._last_prompt = None
-        if not self._replaying and self._engine is not None:
-            self._engine.reset()
-
-    def _note_refs(self, m: Message) -> None:
-        meta = m.metadata
-        if not meta:
-            return
-        for key in ("truncated", "agentcontext"):
-            entry = meta.get(key)
-            if isinstance(entry, Mapping):
-                ref = entry.get("ref")
-                if isinstance(ref, str) and ref.startswith("artifact:"):
-                    self._known_artifacts.add(ref)
-
-    def _next(self, n: int = 1) -> list[int]:
-        return list(range(self._seq + 1, self._seq + 1 + n))
-
-    def _check_writable(self) -> None:
-        if self._closed:
-            raise StoreError(f"the session {self._store.location} is closed; open it again to continue")
-        if self._store.read_only:
-            raise StoreError(f"the session {self._store.location} was opened read-only; it cannot be changed")
 
     # ------------------------------------------------------------------ messages
 
@@ -771,15 +468,17 @@ class Session:
             raise ConfigError("counting tokens needs a counter: pass engine= or counter= to Session.open")
         with self._lock:
             view = self._view
-            base = self._token_base
-            if base is None or base[0] > view.length:
+            # A pure function of the records (a restored session gives the same number); the memo
+            # only saves recounting the prefix it covers.
+            start = self._token_memo or self._token_anchor
+            if start is None or start[0] > view.length:
                 total = counter.count_messages(view.snapshot())
             else:
-                covered, tokens = base
+                covered, tokens = start
                 total = tokens + sum(
                     counter.count_message(view.items[i]) for i in range(covered, view.length)
                 )
-            self._token_base = (view.length, total)
+            self._token_memo = (view.length, total)
             return total
 
     @property
@@ -924,32 +623,7 @@ class Session:
         the step's tool results are in. Mistakes come back as ``dmail failed:
         ...`` text for the model, never as exceptions.
         """
-        try:
-            args: object = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        except (ValueError, TypeError) as exc:
-            return f"dmail failed: the arguments are not a JSON object ({exc})"
-        if not isinstance(args, dict):
-            return "dmail failed: the arguments must be a JSON object"
-        checkpoint, text = args.get("checkpoint"), args.get("message")
-        if checkpoint is None:
-            listed = self.checkpoints[-20:]
-            if not listed:
-                return "There are no checkpoints yet; a D-Mail cannot be sent."
-            rows = [
-                f"checkpoint {c.id}: {c.label or '(no label)'} ({c.messages} messages in view)"
-                for c in listed
-            ]
-            return "Checkpoints, oldest first:\n" + "\n".join(rows)
-        if not isinstance(text, str) or not text.strip():
-            return "dmail failed: pass the message your earlier self should read"
-        try:
-            sent = self.send_dmail(checkpoint, text)
-        except UsageError as exc:
-            return f"dmail failed: {exc}"
-        return (
-            f"D-Mail queued for checkpoint {sent.checkpoint}. When this step ends, the conversation returns "
-            "to that checkpoint and your message is shown there."
-        )
+        return answer_dmail_call(arguments, checkpoints=self.checkpoints, send=self.send_dmail)
 
     # ------------------------------------------------------------------ undo
 
@@ -998,12 +672,7 @@ class Session:
                 refused, whatever exists on disk).
             StoreError: the artifact file exists but cannot be read or is damaged.
         """
-        kind, key = parse_recall_ref(ref)
-        if kind == "artifact":
-            return self._recall_artifact(key)
-        if kind == "compaction":
-            return self._recall_compaction(int(key))
-        return self._recall_message(key, bare=kind is None)
+        return recall_text(ref, self._sources())
 
     def recall_message(self, ref: str) -> Message:
         """The `Message` behind a ``message:<id>`` reference (or a bare id); raises `RecallError`."""
@@ -1011,51 +680,6 @@ class Session:
         if kind not in ("message", None):
             raise RecallError(f"{ref!r} does not name a message; expected message:<id>")
         return self.message(key)
-
-    def _recall_message(self, key: str, *, bare: bool) -> str:
-        m = self._archive.get(key)
-        if m is None:
-            if bare:
-                raise RecallError(
-                    f"{key[:100]!r} is not a reference to this session's records; expected message:<id>, "
-                    "artifact:sha256:<64 hex digits> or compaction:<number>"
-                )
-            raise RecallError(f"no message {key[:100]!r} in this session")
-        truncated = m.metadata.get("truncated") if m.metadata else None
-        if isinstance(truncated, Mapping) and isinstance(truncated.get("ref"), str):
-            try:
-                return self._recall_artifact(str(truncated["ref"]))
-            except RecallError:
-                pass  # the preview is all there is
-        return render_message(m)
-
-    def _recall_artifact(self, ref: str) -> str:
-        if ref not in self._known_artifacts:
-            raise RecallError(f"{ref!r} is not an artifact of this session")
-        errors: list[str] = []
-        for store in (self._artifacts, *self._other_artifacts):
-            try:
-                return store.get(ref)
-            except RecallError as exc:
-                errors.append(str(exc))
-        raise RecallError(f"{ref!r} was recorded by this session but its file is gone ({'; '.join(errors)})")
-
-    def _recall_compaction(self, seq: int) -> str:
-        record = self._compactions.get(seq)
-        if record is None:
-            known = ", ".join(str(s) for s in sorted(self._compactions)[-5:]) or "none"
-            raise RecallError(f"no compaction:{seq} in this session (latest: {known})")
-        head = (
-            f"compaction:{seq} ({record.level or 'unknown'} level, {record.ts or 'time unknown'}) replaced "
-            f"{len(record.covers)} message(s); prompt tokens {record.tokens_before} -> {record.tokens_after}."
-        )
-        parts = [head]
-        for mid in record.covers:
-            m = self._archive.get(mid)
-            parts.append(
-                f"{message_heading(m)}\n{render_message(m)}" if m else f"[message {mid}: not in the log]"
-            )
-        return "\n\n".join(parts)
 
     def handle_recall(self, arguments: str | Mapping[str, object]) -> str:
         """Answer a model's recall tool call; returns the text for the tool result.
@@ -1074,32 +698,15 @@ class Session:
         Raises:
             StoreError: an artifact file is unreadable or damaged (a real fault).
         """
-        try:
-            args: object = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        except (ValueError, TypeError) as exc:
-            return (
-                f'recall failed: the arguments are not a JSON object ({exc}); pass {{"ref": "message:<id>"}}'
-            )
-        if not isinstance(args, dict):
-            return 'recall failed: the arguments must be a JSON object like {"ref": "message:<id>"}'
-        offset = args.get("offset")
-        if offset is None:
-            offset = 0
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            return f"recall failed: offset must be a whole number >= 0, got {offset!r}"
-        try:
-            text = self.recall(args.get("ref"))  # type: ignore[arg-type]  # parse_recall_ref checks it
-        except RecallError as exc:
-            return f"recall failed: {exc}"
-        size = len(text)
-        if offset > size or (offset == size and size):
-            return f"recall failed: offset {offset:,} is past the end ({size:,} characters)"
-        end = min(size, offset + self.recall_max_chars)
-        page = text[offset:end]
-        if offset == 0 and end == size:
-            return page
-        more = f"; call recall again with offset={end} for more" if end < size else " (the end)"
-        return f"{page}\n[recall: characters {offset:,}-{end:,} of {size:,}{more}]"
+        return answer_recall_call(arguments, self._sources(), max_chars=self.recall_max_chars)
+
+    def _sources(self) -> RecallSources:
+        return RecallSources(
+            archive=self._archive,
+            compactions=self._compactions,
+            known_artifacts=self._known_artifacts,
+            stores=(self._artifacts, *self._other_artifacts),
+        )
 
     # ------------------------------------------------------------------ inspection and lifecycle
 
@@ -1160,15 +767,7 @@ class Session:
         `UnknownRecord` for types this version does not know; damaged ones are
         skipped with a warning. Costs a full read of the store.
         """
-        stream = self._store.load()
-        first = next(stream, None)
-        if first is None:
-            return
-        version = _serde.detect_version(first.data)
-        pairs: Iterable[tuple[str, dict[str, JSONValue]]] = _pairs(first, stream)
-        if version is not None and version < SCHEMA_VERSION:
-            pairs = _serde.upcast(pairs, from_version=version)
-        for where, data in pairs:
+        for where, data in read_log(self._store)[1]:
             try:
                 yield _serde.decode_record(data, where=where)
             except RecordDecodeError as exc:
@@ -1194,18 +793,3 @@ class Session:
             f"Session({self._store.location!r}, id={self._id!r}, view={self._view.length} messages, "
             f"records={self._seq + 1})"
         )
-
-
-def _pairs(first: StoredRecord, rest: Iterator[StoredRecord]) -> Iterator[tuple[str, dict[str, JSONValue]]]:
-    yield first.where, first.data
-    for r in rest:
-        yield r.where, r.data
-
-
-def _library() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"agentcontext {version('agentcontext')}"
-    except PackageNotFoundError:
-        return "agentcontext"
