@@ -15,6 +15,11 @@
             if session.deliver_dmail():             # a tool called session.send_dmail(cp, "...")
                 continue
 
+Give the model the recall tool (`recall_tool_openai` / `recall_tool_anthropic`,
+answered by `Session.handle_recall`) so it can read back what compaction took
+out, and, if it may rewind, the D-Mail tool (`dmail_tool_openai` /
+`dmail_tool_anthropic`, answered by `Session.handle_dmail`).
+
 Everything the session does is a record appended to its store (`SessionStore`):
 messages, provider usage, checkpoints, compactions, reverts, undos and
 D-Mails. The view is what replaying the records gives, so restoring a session
