@@ -15,10 +15,18 @@ usage error also subclasses the builtin a Python programmer would expect
     ├── TokenizerError                      a tokenizer file is missing or corrupt
     ├── SummarizerError                     an LLM summarizer failed after its retries
     ├── StoreError                          a session store cannot be read or written
+    │   ├── SessionNotFoundError            no session where one was expected
+    │   ├── StorePathError                  the path cannot hold a session (a directory...)
+    │   ├── StorePermissionError            the operating system refused access
     │   ├── SessionLockedError              another writer holds the session
     │   └── ConcurrencyError                an append lost an optimistic race
     ├── RecallError (LookupError)           a recall reference names nothing
     └── MissingDependencyError (ImportError) an optional extra is not installed
+
+Warnings (``warnings.warn``, never raised): ``SessionWarning`` (UserWarning),
+with ``CorruptRecordWarning`` (a torn or damaged record was skipped; the rest
+loaded) and ``UnknownRecordWarning`` (a record from a newer version was kept
+and passed over).
 
 Constructors only store their arguments: no logging, no I/O.
 """
@@ -30,15 +38,21 @@ __all__ = [
     "ConcurrencyError",
     "ConfigError",
     "ContextOverflowError",
+    "CorruptRecordWarning",
     "InvalidConversationError",
     "InvalidMessageError",
     "MissingDependencyError",
     "RecallError",
     "SessionLockedError",
+    "SessionNotFoundError",
+    "SessionWarning",
     "StoreError",
+    "StorePathError",
+    "StorePermissionError",
     "SummarizerError",
     "TokenizerError",
     "UnknownModelError",
+    "UnknownRecordWarning",
     "UsageError",
 ]
 
@@ -139,6 +153,18 @@ class StoreError(AgentContextError):
     """A session store cannot be opened, read or written."""
 
 
+class SessionNotFoundError(StoreError):
+    """There is no session where one was expected (a missing file, or no such session id)."""
+
+
+class StorePathError(StoreError):
+    """The path cannot hold a session: a directory, a device, or a parent that is a file."""
+
+
+class StorePermissionError(StoreError):
+    """The operating system refused access to the session's file or directory."""
+
+
 class SessionLockedError(StoreError):
     """Another writer holds the session's lock."""
 
@@ -156,3 +182,15 @@ class RecallError(AgentContextError, LookupError):
 
 class MissingDependencyError(AgentContextError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class SessionWarning(UserWarning):
+    """Something in a stored session was passed over; the rest loaded."""
+
+
+class CorruptRecordWarning(SessionWarning):
+    """A stored record is torn or damaged and was skipped; the message names the line (or seq)."""
+
+
+class UnknownRecordWarning(SessionWarning):
+    """A record of a type this version does not know (from a newer version) was kept and passed over."""

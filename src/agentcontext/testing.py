@@ -1,4 +1,4 @@
-"""Public test doubles: a conversation generator, a scripted summarizer, a cheap counter.
+"""Public test doubles: a conversation generator, a scripted summarizer, a cheap counter, in-memory stores.
 
 Users testing their own agent loops need these as much as we do.
 
@@ -18,11 +18,13 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .artifacts import MemoryArtifactStore
 from .exceptions import SummarizerError
 from .messages import Message, ToolCall, iter_text
+from .session.stores import MemoryStore
 from .strategies._base import SummaryRequest
 
-__all__ = ["ScriptedSummarizer", "WordCounter", "make_conversation"]
+__all__ = ["MemoryArtifactStore", "MemoryStore", "ScriptedSummarizer", "WordCounter", "make_conversation"]
 
 _WORDS = (
     "the agent reads the file and runs the tests again because the last change broke the parser "

@@ -21,7 +21,16 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from ..exceptions import AgentContextError, ContextOverflowError, SessionLockedError, StoreError, UsageError
+from ..exceptions import (
+    AgentContextError,
+    ContextOverflowError,
+    SessionLockedError,
+    SessionNotFoundError,
+    StoreError,
+    StorePathError,
+    StorePermissionError,
+    UsageError,
+)
 
 __all__ = ["EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main"]
 
@@ -95,8 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     except StoreError as exc:
         # A missing, misplaced or unreadable session file is bad input; other store failures are not.
-        from ..session.stores import SessionNotFoundError, StorePathError, StorePermissionError
-
         _fail(err, args, str(exc))
         bad_input = (SessionNotFoundError, StorePathError, StorePermissionError, SessionLockedError)
         return EXIT_INVALID if isinstance(exc, bad_input) else EXIT_FAILURE

@@ -19,7 +19,17 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 from ...artifacts import ArtifactStore
-from ...exceptions import ConcurrencyError, ConfigError, StoreError
+from ...exceptions import (
+    ConcurrencyError,
+    ConfigError,
+    CorruptRecordWarning,
+    SessionNotFoundError,
+    SessionWarning,
+    StoreError,
+    StorePathError,
+    StorePermissionError,
+    UnknownRecordWarning,
+)
 from ...messages import JSONValue
 
 __all__ = [
@@ -44,30 +54,6 @@ FsyncPolicy: TypeAlias = Literal["always", "never", "interval"]
 - ``"never"``: leave it to the OS. Survives a crash or a kill of the process
   (every append is written to the OS before it returns), not a power loss.
 """
-
-
-class SessionWarning(UserWarning):
-    """Something in a stored session was passed over; the rest loaded."""
-
-
-class CorruptRecordWarning(SessionWarning):
-    """A stored record is torn or damaged and was skipped; the message names the line (or seq)."""
-
-
-class UnknownRecordWarning(SessionWarning):
-    """A record of a type this version does not know (from a newer version) was kept and passed over."""
-
-
-class SessionNotFoundError(StoreError):
-    """There is no session where one was expected (a missing file, or no such session id)."""
-
-
-class StorePathError(StoreError):
-    """The path cannot hold a session: a directory, a device, or a parent that is a file."""
-
-
-class StorePermissionError(StoreError):
-    """The operating system refused access to the session's file or directory."""
 
 
 @dataclass(frozen=True, slots=True)
