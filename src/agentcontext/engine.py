@@ -24,13 +24,13 @@ answer them with a sync or async summarizer (httpx's auth-flow pattern).
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 
 from .exceptions import ConfigError, ContextOverflowError, InvalidConversationError, SummarizerError
-from .messages import JSONValue, Message
+from .messages import JSONValue, Message, MessageView
 from .repair import RepairState, repair_messages
 from .strategies._base import (
     Action,
@@ -219,53 +219,6 @@ class Report:
             "in_effect": [a.to_dict() for a in self.in_effect],
             "notes": list(self.notes),
         }
-
-
-class MessageView(Sequence[Message]):
-    """A read-only snapshot of the engine's messages, shared without copying.
-
-    The engine only ever appends to its list between compactions, so a view
-    (the list plus a length) stays valid while later calls extend the list.
-    """
-
-    __slots__ = ("_items", "_len", "_tail")
-
-    def __init__(self, items: list[Message], length: int, tail: tuple[Message, ...] = ()) -> None:
-        self._items = items
-        self._len = length
-        self._tail = tail
-
-    def __len__(self) -> int:
-        return self._len + len(self._tail)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Message]: ...
-    def __getitem__(self, index: int | slice) -> Message | list[Message]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("message index out of range")
-        return self._items[index] if index < self._len else self._tail[index - self._len]
-
-    def __iter__(self) -> Iterator[Message]:
-        for i in range(self._len):
-            yield self._items[i]
-        yield from self._tail
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"MessageView({len(self)} messages)"
 
 
 @dataclass(frozen=True, kw_only=True)

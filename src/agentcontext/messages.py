@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, TypeAlias, get_args, overload
 
 from .exceptions import InvalidMessageError
 
@@ -33,6 +33,7 @@ __all__ = [
     "ImagePart",
     "JSONValue",
     "Message",
+    "MessageView",
     "Role",
     "TextPart",
     "ToolCall",
@@ -425,3 +426,57 @@ def iter_text(message: Message) -> Iterator[str]:
     for call in message.tool_calls:
         yield call.name
         yield call.arguments
+
+
+class MessageView(Sequence[Message]):
+    """A read-only snapshot of a list of messages, shared without copying.
+
+    The engine and the session only ever append to their lists between
+    compactions, so a view (the list, a length, and a short tail of its own)
+    stays valid while later calls extend the list: taking one is O(1), and so
+    is a checkpoint. Slicing returns only the requested items (the engine
+    slices off what is new every step).
+    """
+
+    __slots__ = ("_items", "_len", "_tail")
+
+    def __init__(self, items: list[Message], length: int, tail: tuple[Message, ...] = ()) -> None:
+        self._items = items
+        self._len = length
+        self._tail = tail
+
+    def __len__(self) -> int:
+        return self._len + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("message index out of range")
+        return self._at(index)
+
+    def _at(self, i: int) -> Message:
+        return self._items[i] if i < self._len else self._tail[i - self._len]
+
+    def __iter__(self) -> Iterator[Message]:
+        items = self._items
+        for i in range(self._len):
+            yield items[i]
+        yield from self._tail
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MessageView({len(self)} messages)"

@@ -10,57 +10,16 @@ history (the point of seed 003's rotation, without rewriting any file).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import overload
 
-from ..messages import Message
+from ..messages import Message, MessageView
 
 __all__ = ["SessionView", "UndoLink", "ViewState"]
 
 
-class SessionView(Sequence[Message]):
-    """A read-only snapshot of a session's view; it never changes after you get it."""
-
-    __slots__ = ("_items", "_len")
-
-    def __init__(self, items: list[Message], length: int) -> None:
-        self._items = items
-        self._len = length
-
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Message]: ...
-    def __getitem__(self, index: int | slice) -> Message | list[Message]:
-        if isinstance(index, slice):
-            # Only the requested items: the engine slices off "what is new" every step.
-            items = self._items
-            return [items[i] for i in range(*index.indices(self._len))]
-        n = self._len
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("view index out of range")
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[Message]:
-        items = self._items
-        for i in range(self._len):
-            yield items[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"SessionView({self._len} messages)"
+SessionView = MessageView
+"""A read-only snapshot of a session's view (`agentcontext.messages.MessageView`); it never changes."""
 
 
 @dataclass(frozen=True, slots=True)
