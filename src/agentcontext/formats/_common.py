@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import NoReturn
 
 from ..exceptions import InvalidMessageError
-from ..messages import JSONValue
+from ..messages import JSONValue, TextPart
 
 __all__ = ["at", "canonical_json", "fail", "json_value", "only_keys", "type_name"]
 
@@ -61,6 +61,22 @@ def only_keys(
                 index=index,
                 field=field,
             )
+
+
+def text_part_in(part: Mapping[str, object], *, index: int | None, field: str, noun: str) -> TextPart:
+    """A ``{"type": "text", "text": ...}`` part (OpenAI) or block (Anthropic), checked; errors name index and field."""
+    only_keys(part, ("type", "text"), index=index, field=field)
+    text = part.get("text")
+    if not isinstance(text, str):
+        fail(
+            f"a text {noun} needs 'text' as a string, got {type_name(text)}",
+            index=index,
+            field=f"{field}.text",
+        )
+    try:
+        return TextPart(text=text)
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=f"{field}.text") from None
 
 
 def json_value(value: object, *, index: int | None, field: str) -> JSONValue:

@@ -60,7 +60,7 @@ from typing import Literal, cast
 from ..exceptions import InvalidMessageError
 from ..invariants import ensure_valid
 from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
-from ._common import at, canonical_json, fail, json_value, only_keys, type_name
+from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
 from ._wire import AnthropicContentBlock, AnthropicMessage, AnthropicTextBlock
 
 __all__ = ["from_messages", "to_messages"]
@@ -462,18 +462,7 @@ def _text_part_in(block: object, index: int | None, field: str) -> TextPart:
     if not isinstance(block, Mapping) or block.get("type") != "text":
         what = repr(block.get("type")) if isinstance(block, Mapping) else type_name(block)
         fail(f"expected a text block {{'type': 'text', 'text': ...}}, got {what}", index=index, field=field)
-    only_keys(block, ("type", "text"), index=index, field=field)
-    text = block.get("text")
-    if not isinstance(text, str):
-        fail(
-            f"a text block needs 'text' as a string, got {type_name(text)}",
-            index=index,
-            field=f"{field}.text",
-        )
-    try:
-        return TextPart(text=text)
-    except InvalidMessageError as e:
-        raise at(e, index=index, field=f"{field}.text") from None
+    return text_part_in(block, index=index, field=field, noun="block")
 
 
 def _part_in(block: Mapping[str, object], index: int, field: str) -> ContentPart:

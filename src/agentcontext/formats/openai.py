@@ -56,7 +56,7 @@ from ..messages import (
     derive_id,
     new_id,
 )
-from ._common import at, canonical_json, fail, json_value, only_keys, type_name
+from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
 from ._wire import ChatMessage
 
 __all__ = ["from_message", "from_messages", "to_message", "to_messages"]
@@ -223,18 +223,7 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
             )
         fail(why, index=index, field=f"{field}.type")
     if kind == "text":
-        only_keys(part, ("type", "text"), index=index, field=field)
-        text = part.get("text")
-        if not isinstance(text, str):
-            fail(
-                f"a text part needs 'text' as a string, got {type_name(text)}",
-                index=index,
-                field=f"{field}.text",
-            )
-        try:
-            return TextPart(text=text)
-        except InvalidMessageError as e:
-            raise at(e, index=index, field=f"{field}.text") from None
+        return text_part_in(part, index=index, field=field, noun="part")
     only_keys(part, ("type", "image_url"), index=index, field=field)
     image = part.get("image_url")
     if not isinstance(image, Mapping):
