@@ -3,28 +3,42 @@
 Run from the repository root::
 
     python bench/estimator_fit.py            # fit, evaluate, print coefficients and the results table
-    python bench/estimator_fit.py --check    # evaluate the coefficients currently in the package only
+    python bench/estimator_fit.py --write    # the same, then write the parameters into the package
+    python bench/estimator_fit.py --check    # evaluate the parameters currently in the package only
+    python bench/estimator_fit.py --tables --write   # first rebuild the look-up tables from o200k_base
+
+The look-up tables (``_cjk.py``, ``_byte_chars.py``, ``data/estimate_words.txt.gz``)
+come from the public ``o200k_base`` vocabulary alone; the coefficients from the
+corpus below.
 
 The corpus is real text found on this machine, never downloaded:
 
 * **prose**: package descriptions (``*.dist-info/METADATA``), licence texts
   (``/usr/share/common-licenses``, ``LICENSE`` files of installed packages), the
   English assistant and user turns of the eval conversations;
-* **code**: the Python standard library, C headers under ``/usr/include``;
+* **code**: the Python standard library, C headers under ``/usr/include``, the
+  tool output of the SWE-agent and mini-SWE-agent conversations (file views,
+  grep hits, tracebacks, test and shell output);
 * **json**: tool results of the tau-bench conversations, AWS service
   definitions shipped with botocore/boto3, and JSON serialized (compact and
   indented) from installed packages' metadata;
 * **chinese**: the Chinese MedicalGPT conversations, the ``zh_CN``/``zh_TW``
   message catalogs under ``/usr/share/locale``, CPython's CJK codec test texts;
-* **other** (not fitted for, reported): Japanese, Korean, Russian, German and
-  French message catalogs.
+* **other** (fitted, reported, not a target): Japanese, Korean, Russian,
+  German, French, Greek, Hebrew, Arabic, Vietnamese, Hindi, Tamil, Thai,
+  Georgian, Burmese and Amharic message catalogs.
 
-Documents (not chunks) are split 70/30 into train and test by a hash of their
-name, so no text is both fitted and scored. Each document gives chunks of 200,
-1,000, 5,000 and 20,000 characters at seeded random offsets. The fit is a
-non-negative least squares on *relative* error, each kind weighted equally;
-then every coefficient is raised by the smallest factor that puts each kind's
-median training error at or above ``+MARGIN``, so the estimator errs high.
+Near-copies (documents of one kind with half their lines in common: OpenSSL's
+headers once per target architecture, the codec tables of ``encodings/``, the
+ISO 639 catalogs) are reduced to one document, then documents (not chunks) are
+split 70/30 into train and test by a hash of their name, so no text, nor a twin
+of it, is both fitted and scored. Each document gives chunks of 200, 1,000,
+5,000 and 20,000 characters at seeded random offsets. The fit is a non-negative
+least squares on *relative* error per kind of text (an "expert"), each source
+weighted equally, with a few floors and fixed coefficients (below); each
+expert is scaled so its median training error is ``+MARGIN``, so the estimator
+errs high; a softmax gate on feature densities, fitted on the same samples,
+blends the experts. Estimates are rounded to the nearest token.
 
 Needs numpy and scipy (for the fit only; the package never imports them).
 """
@@ -44,7 +58,7 @@ import re
 import sys
 import sysconfig
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,11 +84,17 @@ Z_CLIP = 6.0
 RARE_SHARE = 0.005
 GATE_RATE = 0.5
 GATE_L2 = 1e-3
-# Floors that keep pathological inputs from being undercounted: a long ruler of
-# a rare punctuation character costs one token per 8 characters, a flood of
-# blank lines one per 16; a run of one frequent ideograph repeated costs at
-# least half a token per character.
-LOWER_BOUNDS = {"long_punct": 0.25, "long_newlines": 0.5, "cjk_common": 0.4}
+# Floors that keep pathological inputs from being undercounted: a ruler of
+# dashes or equals signs costs a token per 8 characters at least, a flood of
+# blank lines or tabs one per 16, a long string of digits one per three
+# (o200k_base never puts more than three digits in one token).
+LOWER_BOUNDS = {"long_punct": 0.25, "long_blanks": 0.5, "digit_triples": 0.9}
+# Coefficients set, not fitted, because the corpus holds too few such characters
+# to fit them (a free fit prices a byte character at 12 tokens): a character no
+# token holds whole costs two or three byte tokens, so 2 on top of what its
+# script's class charges (erring high); a character in a run of one box-drawing
+# or dash symbol (``━━━━``) a quarter (o200k_base: 0.07 to 0.26).
+FIXED = {"byte_chars": 2.0, "symbol_rulers": 0.25}
 TEST_CAP = 60
 KINDS = ("prose", "code", "json", "chinese", "other")
 FITTED_KINDS = ("prose", "code", "json", "chinese", "other")
@@ -145,6 +165,14 @@ def code_docs() -> Iterator[Doc]:
         text = _read(h)
         if len(text) > 1000:
             yield Doc("code", f"c:{h}", text)
+    # What a coding agent reads back: file views, grep hits, tracebacks, test and shell output.
+    outputs: dict[str, list[str]] = {}
+    for stem, m in _eval_messages():
+        content = m.get("content")
+        if stem.startswith(("swe-agent", "mini-swe")) and m["role"] == "tool" and isinstance(content, str):
+            outputs.setdefault(stem, []).append(content)
+    for stem, texts in outputs.items():
+        yield Doc("code", f"eval:{stem}", "\n".join(texts))
 
 
 def json_docs() -> Iterator[Doc]:
@@ -244,7 +272,9 @@ def chinese_docs() -> Iterator[Doc]:
 
 
 def other_docs() -> Iterator[Doc]:
-    for lang in ("ja", "ko", "ru", "de", "fr"):
+    # Every script family the byte classes tell apart: kana and Hangul, Cyrillic,
+    # Greek, Hebrew, Arabic, accented Latin, Indic, Thai, Georgian, Myanmar, Ethiopic.
+    for lang in ("ja", "ko", "ru", "de", "fr", "el", "he", "ar", "vi", "hi", "ta", "th", "ka", "my", "am"):
         for mo in sorted(glob.glob(f"/usr/share/locale/{lang}/LC_MESSAGES/*.mo"))[::3]:
             text = _catalog(mo)
             if len(text) > 1000:
@@ -256,8 +286,47 @@ def corpus() -> list[Doc]:
     return [d for d in docs if len(d.text) >= 200]
 
 
-def is_test(doc: Doc) -> bool:
-    return int(hashlib.sha256(doc.name.encode()).hexdigest()[:8], 16) % 10 < 3
+def near_duplicate_groups(docs: list[Doc]) -> list[str]:
+    """Each document's group, in order: near-copies of one kind (half their lines in common) share one.
+
+    The corpus holds the same text more than once: OpenSSL's headers once per
+    target architecture, the ISO 639 language names in four catalogs, licences
+    that differ by a copyright line. Split by document name alone, a test text
+    would have its twin in training; split by group, it cannot.
+    """
+    lines: list[set[int]] = []
+    for doc in docs:
+        lines.append({hash(line.strip()) for line in doc.text.splitlines() if len(line.strip()) >= 20})
+    holders: dict[int, list[int]] = {}
+    for i, found in enumerate(lines):
+        for h in found:
+            holders.setdefault(h, []).append(i)
+    parent = list(range(len(docs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    shared: Counter[tuple[int, int]] = Counter()
+    for docs_with_line in holders.values():
+        # A line in hundreds of documents is boilerplate, not a sign of a copy.
+        if 1 < len(docs_with_line) <= 200:
+            for a_i, a in enumerate(docs_with_line):
+                for b in docs_with_line[a_i + 1 :]:
+                    shared[a, b] += 1
+    for (a, b), n in shared.items():
+        if docs[a].kind == docs[b].kind and n >= 0.5 * max(5, len(lines[a]), len(lines[b])):
+            parent[root(a)] = root(b)
+    members: dict[int, list[str]] = {}
+    for i, doc in enumerate(docs):
+        members.setdefault(root(i), []).append(doc.name)
+    return [min(members[root(i)]) for i in range(len(docs))]
+
+
+def is_test(name: str) -> bool:
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % 10 < 3
 
 
 # ----------------------------------------------------------------------------- samples
@@ -325,7 +394,11 @@ class Model:
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
         raw = (p * (features @ self.experts.T)).sum(axis=1)
-        return np.maximum(1, np.ceil(raw))
+        return np.maximum(1, np.ceil(raw - 0.5))
+
+    def count_text(self, text: str) -> int:
+        """What `ScriptEstimator.count_text` returns once these parameters are written."""
+        return int(self.estimate(np.array([_estimate.features(text)], dtype=float), np.array([len(text)]))[0])
 
 
 def _matrix(items: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -353,6 +426,7 @@ def _nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray, fixed: dict[int, float]) 
     """Non-negative least squares with some coefficients fixed and the LOWER_BOUNDS floors."""
     names = _estimate.FEATURE_NAMES
     lower = np.array([LOWER_BOUNDS.get(name, 0.0) for name in names])
+    fixed = {**{names.index(name): value for name, value in FIXED.items()}, **fixed}
     for i, value in fixed.items():
         lower[i] = value
     free = [i for i in range(len(names)) if i not in fixed]
@@ -469,10 +543,9 @@ def report(items: list[Sample], estimates: np.ndarray) -> str:
     return "\n".join(lines)
 
 
-def conversation_report(held_out: set[str]) -> str:
+def conversation_report(held_out: set[str], count_text: Callable[[str], int]) -> str:
     """Whole held-out eval conversations: the sum over messages, as the engine counts them."""
     enc = load_encoding("o200k_base")
-    estimator = ScriptEstimator(cache_size=0)
     per_source: dict[str, list[float]] = {}
     for f in sorted(EVAL.glob("*.jsonl")):
         if f.stem not in held_out:
@@ -484,7 +557,7 @@ def conversation_report(held_out: set[str]) -> str:
             texts += [c["function"]["arguments"] for c in m.get("tool_calls") or []]
             for t in texts:
                 exact += len(enc.encode_ordinary(t))
-                est += estimator.count_text(t)
+                est += count_text(t) if t else 0
         if exact:
             per_source.setdefault(f.stem.split("__")[0], []).append(est / exact - 1)
     lines = ["| conversations | count | median error | worst error |", "| --- | ---: | ---: | ---: |"]
@@ -527,47 +600,127 @@ def write_params(model: Model) -> None:
     print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
 
 
-def write_cjk() -> None:
+def write_tables() -> None:
+    """Derive the estimator's look-up tables from the public ``o200k_base`` vocabulary (no corpus involved)."""
     enc = load_encoding("o200k_base")
-    ideograph = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+    ideographs = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+    ascii_word = re.compile("[A-Za-z]+")
     common: set[str] = set()
+    pairs: set[str] = set()
+    words: set[str] = set()
+    seen: set[str] = set()
     for token in range(enc.n_vocab):
         try:
-            text = enc.decode_single_token_bytes(token).decode("utf-8")
-        except (KeyError, UnicodeDecodeError):
+            data = enc.decode_single_token_bytes(token)
+        except KeyError:
             continue
-        found = ideograph.findall(text)
-        if len(found) >= 2:
-            common.update(found)
+        # Characters a token holds whole; the cut ones at its edges are dropped.
+        seen.update(data.decode("utf-8", "ignore"))
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        # A word is cheap when it is one token, after a space (`` value``) or not
+        # (``Value`` in ``getValue``, ``value`` after a dot).
+        if ascii_word.fullmatch(text.removeprefix(" ")):
+            words.add(text.removeprefix(" "))
+        runs = ideographs.findall(text)
+        if sum(map(len, runs)) >= 2:
+            common.update("".join(runs))
+        for run in runs:
+            pairs.update(run[i : i + 2] for i in range(len(run) - 1))
     chars = "".join(sorted(common))
-    body = "\n".join(f'    "{chars[i : i + 50]}"' for i in range(0, len(chars), 50))
+    joined = "".join(sorted(pairs))
+    assert set(joined) <= common
+
+    def lines(s: str, step: int) -> str:
+        return "\n".join(f'    "{s[i : i + step]}"' for i in range(0, len(s), step))
+
     path = ROOT / "src/agentcontext/tokens/_cjk.py"
     path.write_text(
-        '"""Frequent CJK ideographs: a data table for `ScriptEstimator` (generated by ``bench/estimator_fit.py --cjk``).\n\n'
+        '"""Frequent CJK ideographs and the pairs they form: data tables for `ScriptEstimator`.\n\n'
+        "Generated by ``bench/estimator_fit.py --tables``; do not edit.\n\n"
         "Frequent characters merge with their neighbours into multi-character tokens in\n"
         "modern BPE vocabularies (o200k_base, Claude's, Qwen's...), so they cost about\n"
-        "half a token each, while rarer ones cost one or more. The table holds the\n"
+        "half a token each, while rarer ones cost one or more. `COMMON_CJK` holds the\n"
         f"{len(chars)} ideographs that ``o200k_base`` uses inside tokens of two ideographs\n"
-        'or more, a proxy for how common a character is in web text.\n"""\n\n'
-        f"COMMON_CJK = (\n{body}\n)\n",
+        "or more, a proxy for how common a character is in web text. `COMMON_PAIRS`\n"
+        f"holds the {len(pairs)} pairs of adjacent ideographs inside those tokens, two\n"
+        "characters each, concatenated: a pair that is not among them cannot merge.\n"
+        '"""\n\n'
+        f"COMMON_CJK = (\n{lines(chars, 50)}\n)\n\n"
+        f"COMMON_PAIRS = (\n{lines(joined, 50)}\n)\n",
         encoding="utf-8",
     )
-    print(f"wrote {path.relative_to(ROOT)} ({len(chars)} characters)", file=sys.stderr)
+    print(f"wrote {path.relative_to(ROOT)} ({len(chars)} characters, {len(pairs)} pairs)", file=sys.stderr)
+    write_byte_chars(seen)
+    data = ROOT / "src/agentcontext/tokens/data" / _estimate.WORDS_FILE
+    # mtime=0: the same vocabulary always gives the same bytes.
+    data.write_bytes(
+        gzip.compress("\n".join(sorted(words)).encode("ascii") + b"\n", compresslevel=9, mtime=0)
+    )
+    print(f"wrote {data.relative_to(ROOT)} ({len(words)} words)", file=sys.stderr)
+
+
+def write_byte_chars(seen: set[str]) -> None:
+    """Basic-plane characters no ``o200k_base`` token holds whole, as regex character classes.
+
+    Outside U+3000-9FFF they are few ranges (`BYTE_CHARS`); inside, where most
+    ideographs are spelled in bytes, the table lists the characters some token
+    does hold (`CJK_WHOLE`), to be used negated. Surrogates are left out: they
+    cannot be tokenized at all.
+    """
+    ranges: list[list[int]] = []
+    for cp in [*range(0x80, 0x3000), *range(0xA000, 0xD800), *range(0xE000, 0x10000)]:
+        if chr(cp) in seen:
+            continue
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    whole = [cp for cp in range(0x3000, 0xA000) if chr(cp) in seen]
+    items = [f"\\u{lo:04x}" + (f"-\\u{hi:04x}" if hi > lo else "") for lo, hi in ranges]
+    byte_lines = "\n".join(f'    "{"".join(items[i : i + 6])}"' for i in range(0, len(items), 6))
+    # Ideographs are written as themselves, the rest of the block as escapes.
+    chars = [chr(cp) if 0x3400 <= cp else f"\\u{cp:04x}" for cp in whole]
+    whole_lines = "\n".join(f'    "{"".join(chars[i : i + 40])}"' for i in range(0, len(chars), 40))
+    path = ROOT / "src/agentcontext/tokens/_byte_chars.py"
+    path.write_text(
+        '"""Characters ``o200k_base`` spells byte by byte: data tables for `ScriptEstimator`.\n\n'
+        "Generated by ``bench/estimator_fit.py --tables``; do not edit.\n\n"
+        "No token of the vocabulary holds these basic-plane characters whole (most CJK\n"
+        "ideographs, Ethiopic, Lao, Tibetan, Cherokee, most box drawing, private use...),\n"
+        "so each costs two or three byte tokens. `BYTE_CHARS` is the body of a regex\n"
+        f"character class for them outside U+3000-9FFF ({len(ranges)} ranges); `CJK_WHOLE` lists\n"
+        f"the {len(whole)} characters of U+3000-9FFF that some token does hold whole.\n"
+        '"""\n\n'
+        f"BYTE_CHARS = (\n{byte_lines}\n)\n\n"
+        f"CJK_WHOLE = (\n{whole_lines}\n)\n",
+        encoding="utf-8",
+    )
+    print(
+        f"wrote {path.relative_to(ROOT)} ({len(ranges)} ranges, {len(whole)} CJK characters)", file=sys.stderr
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="evaluate the package's current parameters only")
     parser.add_argument("--write", action="store_true", help="write the fitted parameters into the package")
-    parser.add_argument("--cjk", action="store_true", help="regenerate the frequent-ideograph table first")
+    parser.add_argument(
+        "--tables", action="store_true", help="regenerate the word and ideograph tables from o200k_base first"
+    )
     parser.add_argument("--seed", type=int, default=20240601)
     args = parser.parse_args()
-    if args.cjk:
-        write_cjk()
+    if args.tables:
+        write_tables()
 
-    docs = corpus()
-    train_docs = [d for d in docs if not is_test(d)]
-    test_docs = [d for d in docs if is_test(d)]
+    found = corpus()
+    # One document per group: copies add weight to one text, not information.
+    docs = [d for d, group in zip(found, near_duplicate_groups(found), strict=True) if group == d.name]
+    print(f"{len(found)} documents, {len(docs)} once near-copies are dropped", file=sys.stderr)
+    train_docs = [d for d in docs if not is_test(d.name)]
+    test_docs = [d for d in docs if is_test(d.name)]
     for kind in KINDS:
         n_train = sum(d.kind == kind for d in train_docs)
         n_test = sum(d.kind == kind for d in test_docs)
@@ -577,6 +730,7 @@ def main() -> None:
     x, _, n = _matrix(test)
     if args.check:
         estimates = package_estimates(test)
+        count_text = ScriptEstimator(cache_size=0).count_text
     else:
         train = samples(train_docs, args.seed)
         print(f"{len(train)} training samples, {len(test)} test samples", file=sys.stderr)
@@ -590,14 +744,15 @@ def main() -> None:
         print("\nTraining set:\n")
         print(report(train, model.estimate(xt, nt)))
         estimates = model.estimate(x, n)
+        count_text = model.count_text
         if args.write:
             write_params(model)
     print("\nHeld-out test set (error = estimate / exact - 1; undercounts = share of samples below exact):\n")
     print(report(test, estimates))
     held_out = {d.name.split(":", 1)[1] for d in test_docs if d.name.startswith("eval:")}
     held_out -= {d.name.split(":", 1)[1] for d in train_docs if d.name.startswith("eval:")}
-    print("\nHeld-out eval conversations, whole (package estimator, sum over message texts):\n")
-    print(conversation_report(held_out))
+    print("\nHeld-out eval conversations, whole (sum over message texts):\n")
+    print(conversation_report(held_out, count_text))
 
 
 if __name__ == "__main__":
