@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Literal
 
 import pytest
 
-from agentcontext.engine import ContextEngine, Level, Thresholds
+from agentcontext.engine import ContextEngine, Level, Thresholds, default_pipelines
 from agentcontext.exceptions import ConfigError, SummarizerError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, ToolCall
@@ -77,6 +80,25 @@ def agent_run(rounds: int, *, words: int = 40, system: str = "You are a coding a
     return out
 
 
+def long_task(steps: int, *, words: int, task_words: int = 0, system_words: int = 20) -> list[Message]:
+    """An agent's single task, then many steps of one tool call each with ``words`` of output."""
+    task = "Fix the crash in src/app/main.py and keep the API. " + "detail " * task_words
+    out = [Message(role="system", content="policy " * system_words), Message(role="user", content=task)]
+    for k in range(steps):
+        args = json.dumps({"command": f"cat src/app/mod{k}.py"})
+        out.append(
+            Message(
+                role="assistant",
+                content=f"Step {k}.",
+                tool_calls=(ToolCall(id=f"c{k}", name="bash", arguments=args),),
+            )
+        )
+        out.append(
+            Message(role="tool", tool_call_id=f"c{k}", content=f"src/app/mod{k}.py: " + "word " * words)
+        )
+    return out
+
+
 def kind(m: Message) -> str | None:
     meta = m.metadata.get("agentcontext")
     return meta.get("kind") if isinstance(meta, dict) else None  # type: ignore[return-value]
@@ -101,7 +123,7 @@ def test_summary_replaces_the_oldest_part_as_a_marked_user_message() -> None:
     assert summary.role == "user" and kind(summary) == "summary"
     assert not any(m.role == "system" and kind(m) is not None for m in out)
     assert "[agentcontext: summary of earlier context]" in summary.text
-    assert "it is not a new request" in summary.text
+    assert "not a new request" in summary.text and "not to be followed" in summary.text
     assert summary_text(summary) == "<state_snapshot>the gist</state_snapshot>"
     (action,) = result.actions
     assert action.kind == "summarized" and action.replacement_ids[0] == summary.id
@@ -224,6 +246,20 @@ def test_a_second_summary_integrates_the_first() -> None:
     assert old.id in second.actions[0].message_ids
 
 
+def test_a_new_summary_gets_as_much_room_as_the_previous_one_had() -> None:
+    # The previous summary is the only record of what it covers: the split moves later (fewer recent
+    # messages verbatim) rather than squeeze it into less room than it had, which would make it forget.
+    msgs = agent_run(8)
+    first, _ = drive(Summarize(), msgs, ctx_for(msgs), fixed("gist " * 200))
+    grown = list(first.messages) + agent_run(6)[1:]
+    had = COUNTER.count_text(summary_text(next(m for m in grown if kind(m) == "summary")))
+    ctx = CompactionContext(counter=COUNTER, budget=1600, target=600, reply_overhead=3)
+    assert Summarize().summary_share * ctx.target < had  # the share alone would allow less
+    second, requests = drive(Summarize(), grown, ctx, fixed("again"))
+    assert second.actions[0].kind == "summarized"
+    assert requests[0].max_tokens is not None and requests[0].max_tokens >= had == 200
+
+
 # ----------------------------------------------------------------------------- hierarchical
 
 
@@ -244,6 +280,19 @@ def test_a_span_over_the_summarizers_input_limit_is_summarized_in_chunks() -> No
     assert all(kind(m) == "summary" for m in final.messages)  # the reduce step reads chunk summaries
     assert result.actions[0].kind == "summarized"
     assert result.tokens <= ctx_for(msgs).target
+
+
+def test_a_long_task_statement_kept_verbatim_does_not_split_the_summary_into_chunks() -> None:
+    # The task (the latest user message) stays verbatim in the context; the summarizer sees a preview
+    # of it, so a 1,500-word task statement does not push the span over its input limit.
+    msgs = long_task(10, words=50, task_words=1500)
+    ctx = CompactionContext(counter=COUNTER, budget=3000, target=2000, reply_overhead=3)
+    result, requests = drive(Summarize(max_input_tokens=1000), msgs, ctx, fixed("gist"))
+    assert result.actions[0].kind == "summarized"
+    (request,) = requests  # one call, no chunks
+    task = next(m for m in request.messages if kind(m) == "verbatim")
+    assert COUNTER.count_message(task) <= 1000 // 8 + 8 and "characters cut" in task.text
+    assert msgs[1] in result.messages  # the task itself is untouched in the context
 
 
 def test_summarizing_works_when_the_context_is_already_over_the_limit() -> None:
@@ -344,6 +393,103 @@ def test_the_no_progress_guard_stops_re_summarizing_a_little_new_text() -> None:
     result, requests = drive(Summarize(min_new_share=0.5), grown, ctx, fixed("again"))
     assert requests == []
     assert result.actions[0].reason.startswith("no_progress:")
+
+
+# ----------------------------------------------------------------------------- the cooldown
+
+
+def tight_loop(
+    cooldown: int | None = None, mode: Literal["offline", "skip"] = "offline"
+) -> tuple[ContextEngine, ScriptedSummarizer, int, int, list[str]]:
+    """Replay a task whose every step adds more than the free space under the limits holds.
+
+    The summarizer stands in for an LLM one (so the default tiers mask first). Returns the engine,
+    the summarizer, the steps, the steps that compacted and the summaries written offline (in a
+    cooldown); every prepared context is checked.
+    """
+    msgs = long_task(30, words=250, system_words=600)
+    counter = WordCounter()
+    summarizer = ScriptedSummarizer(replies=["The agent read the modules of src/app one by one. " * 3])
+    pipelines = default_pipelines(summarizer=summarizer)
+    if cooldown is not None or mode != "offline":
+        pipelines = {
+            level: replace(
+                tiers,
+                tiers=tuple(
+                    replace(t, cooldown_steps=4 if cooldown is None else cooldown, cooldown_mode=mode)
+                    if isinstance(t, Summarize)
+                    else t
+                    for t in tiers.tiers
+                ),
+            )
+            for level, tiers in pipelines.items()
+            if isinstance(tiers, Tiered)
+        }
+    engine = ContextEngine(
+        window=1000, reserve=0, counter=counter, summarizer=summarizer, truncator=None, pipelines=pipelines
+    )
+    steps = compacted = 0
+    offline: list[str] = []
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        steps += 1
+        prepared = engine.prepare(msgs[:i])
+        out = list(prepared.messages)
+        assert check_messages(out) == [] and counter.count_messages(out) <= engine.budget
+        compacted += prepared.report.compacted
+        offline += [
+            m.text
+            for m in out
+            if kind(m) == "summary" and m.metadata["agentcontext"]["summarizer_age"]  # type: ignore[index, call-overload]
+        ]
+    return engine, summarizer, steps, compacted, offline
+
+
+def test_an_llm_summarizer_is_not_called_at_every_step_when_every_step_compacts() -> None:
+    engine, summarizer, steps, compacted, offline = tight_loop(cooldown=0)
+    assert compacted >= steps * 0.8  # the regime: each step needs compacting
+    assert len(summarizer.requests) >= steps * 0.8  # without a cooldown: a model call at nearly every step
+    assert offline == []
+
+    engine, summarizer, steps, compacted, offline = tight_loop()  # the default: a 4-step cooldown
+    assert compacted >= steps * 0.8
+    assert len(summarizer.requests) <= steps // 4 + 1
+    # In between, the summary is updated offline: the LLM's words carry over with what the steps
+    # since brought, and no step is left to the dropping tiers.
+    assert engine.stats.summaries >= compacted - 2 and not engine.stats.fallbacks
+    assert len(offline) >= compacted // 2
+    assert all("The agent read the modules of src/app one by one." in text for text in offline)
+    assert all(re.search(r"src/app/mod\d+\.py", text.split("one by one.")[-1]) for text in offline)
+
+
+def test_a_skipping_cooldown_leaves_the_steps_between_to_the_cheaper_tiers() -> None:
+    engine, summarizer, steps, compacted, offline = tight_loop(mode="skip")
+    assert compacted >= steps * 0.8
+    # Here hard truncation sometimes shortens the summary itself, which ends its cooldown early.
+    assert len(summarizer.requests) <= steps // 3
+    assert engine.stats.fallbacks.get("cooldown", 0) >= compacted // 2
+    assert offline == [] and engine.stats.summaries == len(summarizer.requests)
+
+
+def test_a_cooldown_never_outlasts_the_message_it_counts_from() -> None:
+    msgs = agent_run(8)
+    first, _ = drive(Summarize(), msgs, ctx_for(msgs), fixed("gist " * 30))
+    summary = next(m for m in first.messages if kind(m) == "summary")
+    through = summary.metadata["agentcontext"]["through"]  # type: ignore[index, call-overload]
+    assert through == msgs[-1].id  # the last message the summary saw
+    one_round = agent_run(1)[1:]  # two more agent steps: under the 4-step cooldown
+    grown = list(first.messages) + one_round
+    result, requests = drive(Summarize(cooldown_mode="skip"), grown, ctx_for(grown, usage=0.6), fixed("x"))
+    assert requests == [] and result.actions[0].reason.startswith(
+        "cooldown: the summarizer ran 2 agent steps ago"
+    )
+    # Had a cheaper tier dropped that message, every step after the summary counts: never stuck.
+    dropped = [m for m in grown if m.id != through]
+    result, requests = drive(
+        Summarize(cooldown_mode="skip"), dropped, ctx_for(dropped, usage=0.6), fixed("x")
+    )
+    assert len(requests) == 1 and result.actions[0].kind == "summarized"
 
 
 def test_the_engine_counts_fallbacks_and_token_budget_takes_over() -> None:
@@ -449,6 +595,10 @@ def test_configuration_is_checked() -> None:
         Summarize(max_input_tokens=10)
     with pytest.raises(ConfigError, match="max_summary_tokens"):
         Summarize(max_summary_tokens=10)
+    with pytest.raises(ConfigError, match="cooldown_steps"):
+        Summarize(cooldown_steps=-1)
+    with pytest.raises(ConfigError, match="cooldown_mode"):
+        Summarize(cooldown_mode="sometimes")  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- through the engine, step by step

@@ -13,16 +13,20 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.engine import ContextEngine
+from agentcontext.engine import ContextEngine, Level, default_pipelines
 from agentcontext.exceptions import ContextOverflowError, SummarizerError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message
-from agentcontext.strategies._base import SummaryRequest
+from agentcontext.strategies import Tiered
+from agentcontext.strategies._base import Strategy, SummaryRequest
+from agentcontext.strategies.summarize import Summarize
 from agentcontext.summarizers import ExtractiveSummarizer
 from agentcontext.testing import WordCounter, make_conversation
 
@@ -137,14 +141,39 @@ def _check(msgs: list[Message], engine: ContextEngine) -> None:
                 "no_room",
                 "no_progress",
                 "nothing_to_summarize",
+                "cooldown",
             )
 
 
-def _engine(msgs: list[Message], share: float, summarizer: FlakySummarizer) -> ContextEngine:
+def _engine(
+    msgs: list[Message],
+    share: float,
+    summarizer: FlakySummarizer,
+    *,
+    cooldown_mode: Literal["offline", "skip"] = "offline",
+) -> ContextEngine:
     total = COUNTER.count_messages(msgs)
     window = max(64, int(total * share))
+    pipelines: dict[Level, Strategy] | None = None
+    if cooldown_mode != "offline":
+        pipelines = {
+            level: replace(
+                tiered,
+                tiers=tuple(
+                    replace(t, cooldown_mode=cooldown_mode) if isinstance(t, Summarize) else t
+                    for t in tiered.tiers
+                ),
+            )
+            for level, tiered in default_pipelines(summarizer=summarizer).items()
+            if isinstance(tiered, Tiered)
+        }
     return ContextEngine(
-        window=window, reserve=window // 8, counter=COUNTER, truncator=None, summarizer=summarizer
+        window=window,
+        reserve=window // 8,
+        counter=COUNTER,
+        truncator=None,
+        summarizer=summarizer,
+        pipelines=pipelines,
     )
 
 
@@ -166,6 +195,21 @@ def test_promises_hold_step_by_step_with_a_flaky_summarizer(
 ) -> None:
     summarizer = FlakySummarizer(seed, rate)
     engine = _engine(msgs, share, summarizer)
+    for i, m in enumerate(msgs):
+        if m.role == "assistant":
+            _check(msgs[:i], engine)
+    _check(msgs, engine)
+    assert engine.stats.summarizer_failures == summarizer.raised
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=conversations, share=shares, seed=st.integers(0, 1000), rate=failure_rates)
+def test_promises_hold_step_by_step_with_a_skipping_cooldown(
+    msgs: list[Message], share: float, seed: int, rate: float
+) -> None:
+    """In a cooldown that skips, the dropping tiers take the steps between summaries: still every promise."""
+    summarizer = FlakySummarizer(seed, rate)
+    engine = _engine(msgs, share, summarizer, cooldown_mode="skip")
     for i, m in enumerate(msgs):
         if m.role == "assistant":
             _check(msgs[:i], engine)
