@@ -148,9 +148,10 @@ def test_key_order_does_not_change_ids() -> None:
     (first,) = oai.to_messages([{"role": "user", "content": "x", "name": "n"}])
     (second,) = oai.to_messages([{"name": "n", "content": "x", "role": "user"}])
     assert first.id == second.id
-    assert oai.to_message({"role": "user", "content": "x"}, previous_id=first.id).id == oai.to_message(
-        {"content": "x", "role": "user"}, previous_id=first.id
-    ).id
+    assert (
+        oai.to_message({"role": "user", "content": "x"}, previous_id=first.id).id
+        == oai.to_message({"content": "x", "role": "user"}, previous_id=first.id).id
+    )
 
 
 def test_messages_converted_on_their_own_get_distinct_ids() -> None:

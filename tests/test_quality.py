@@ -14,14 +14,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_mypy_strict_is_clean_on_the_package() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental"], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "mypy", "--no-incremental"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed by the dev extra")
 def test_ruff_is_clean() -> None:
-    proc = subprocess.run(["ruff", "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["ruff", "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
