@@ -79,7 +79,7 @@ def _check_promises(msgs: list[Message], engine: ContextEngine) -> Prepared | No
     return prepared
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversations, share=shares)
 def test_promises_hold_on_random_conversations(msgs: list[Message], share: float) -> None:
     total = COUNTER.count_messages(msgs)
