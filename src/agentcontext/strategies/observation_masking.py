@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
-from ._base import Action, CompactionContext, CompactionResult, PureStrategy
+from ._base import Action, ActionKind, CompactionContext, CompactionResult, PureStrategy
 
 __all__ = ["MaskObservations", "masked_placeholder"]
 
@@ -118,6 +118,28 @@ class MaskObservations(PureStrategy):
         replaced: dict[int, Message] = {}
         actions: list[Action] = []
         freed = 0
+
+        def take(i: int, new: Message, kind: ActionKind, reason: str, ref: str) -> None:
+            """Use ``new`` for message ``i`` when it is smaller, and record what was done."""
+            nonlocal freed
+            new_count = ctx.count(new)
+            if new_count >= counts[i]:
+                return
+            replaced[i] = new
+            freed += counts[i] - new_count
+            actions.append(
+                Action(
+                    kind=kind,
+                    strategy=self.name,
+                    message_ids=(messages[i].id,),
+                    replacement_ids=(new.id,),
+                    tokens_before=counts[i],
+                    tokens_after=new_count,
+                    reason=reason,
+                    refs=(ref,),
+                )
+            )
+
         for i in tool_idx:
             if i in recent or (total - freed <= ctx.target and freed >= clear_at_least):
                 break
@@ -134,23 +156,7 @@ class MaskObservations(PureStrategy):
                 content=placeholder,
                 metadata={**m.metadata, "agentcontext": {"kind": "masked", "original_id": m.id, "ref": ref}},
             )
-            new_count = ctx.count(new)
-            if new_count >= counts[i]:
-                continue
-            replaced[i] = new
-            freed += counts[i] - new_count
-            actions.append(
-                Action(
-                    kind="masked",
-                    strategy=self.name,
-                    message_ids=(m.id,),
-                    replacement_ids=(new.id,),
-                    tokens_before=counts[i],
-                    tokens_after=new_count,
-                    reason=f"old {tool} result masked (newest {self.keep_recent} kept)",
-                    refs=(ref,),
-                )
-            )
+            take(i, new, "masked", f"old {tool} result masked (newest {self.keep_recent} kept)", ref)
         if self.shorten_arguments_over is not None and total - freed > ctx.target:
             for i in range(boundary):
                 m = messages[i]
@@ -166,23 +172,8 @@ class MaskObservations(PureStrategy):
                         "agentcontext": {"kind": "arguments_shortened", "original_id": m.id},
                     },
                 )
-                new_count = ctx.count(new)
-                if new_count >= counts[i]:
-                    continue
-                replaced[i] = new
-                freed += counts[i] - new_count
-                actions.append(
-                    Action(
-                        kind="arguments_shortened",
-                        strategy=self.name,
-                        message_ids=(m.id,),
-                        replacement_ids=(new.id,),
-                        tokens_before=counts[i],
-                        tokens_after=new_count,
-                        reason=f"old tool-call arguments over {self.shorten_arguments_over} characters shortened",
-                        refs=(f"message:{m.id}",),
-                    )
-                )
+                reason = f"old tool-call arguments over {self.shorten_arguments_over} characters shortened"
+                take(i, new, "arguments_shortened", reason, f"message:{m.id}")
                 if total - freed <= ctx.target and freed >= clear_at_least:
                     break
         if not actions:
