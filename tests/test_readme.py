@@ -61,7 +61,12 @@ def test_readme_agent_loop_runs(monkeypatch: pytest.MonkeyPatch) -> None:
             "TOOLS": tools,
             "run_tool": run_tool,
         }
-        exec(compile(loop, "README.md", "exec"), scope)
+        try:
+            exec(compile(loop, "README.md", "exec"), scope)
+        finally:
+            client = scope.get("client")
+            if client is not None:
+                client.close()  # type: ignore[attr-defined]  # the README's loop leaves its SDK client open
         sent = server.requests[-1].body["messages"]
     history = scope["history"]
     assert ran == ["ls", "ls"]
@@ -95,5 +100,8 @@ def test_readme_session_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     scope["first"] = first
     exec(compile(code, "README.md", "exec"), scope)
     session = scope["session"]
-    assert (tmp_path / "runs" / "task-42.jsonl").exists()
-    assert session.recall("message:" + first.id)  # type: ignore[attr-defined]
+    try:
+        assert (tmp_path / "runs" / "task-42.jsonl").exists()
+        assert session.recall("message:" + first.id)  # type: ignore[attr-defined]
+    finally:
+        session.close()  # type: ignore[attr-defined]
