@@ -322,6 +322,10 @@ class EngineStats:
         }
 
 
+class _BackingOff(SummarizerError):
+    """The summarizer was not called: it is backing off after failures."""
+
+
 @dataclass(kw_only=True)
 class _State:
     """What the engine remembers from its last call, to make the next one O(new)."""
@@ -504,6 +508,8 @@ class ContextEngine:
         self.truncator = self._make_truncator(truncator)
         self.reply_overhead = counter.count_messages(())
         self.stats = EngineStats()
+        self._summary_failures = 0
+        self._summary_skip_until = 0
         self._state: _State | None = None
 
     def _make_truncator(self, truncator: ObservationTruncator | None | bool) -> ObservationTruncator | None:
@@ -589,11 +595,14 @@ class ContextEngine:
             request = next(flow)
             while True:
                 try:
-                    text = self._summarizer_or_raise().summarize(request)
+                    text = self._summarizer_for_call().summarize(request)
+                except _BackingOff as exc:  # not called: the strategy falls back and reports why
+                    request = flow.throw(exc)
                 except Exception as exc:  # handed to the strategy, which falls back and reports it
-                    self.stats.summarizer_failures += 1
+                    self._summary_failed()
                     request = flow.throw(exc)
                 else:
+                    self._summary_failures = 0
                     request = flow.send(text)
         except StopIteration as stop:
             result: Prepared = stop.value
@@ -604,22 +613,43 @@ class ContextEngine:
             request = next(flow)
             while True:
                 try:
-                    text = await self._summarizer_or_raise().asummarize(request)
+                    text = await self._summarizer_for_call().asummarize(request)
+                except _BackingOff as exc:
+                    request = flow.throw(exc)
                 except Exception as exc:
-                    self.stats.summarizer_failures += 1
+                    self._summary_failed()
                     request = flow.throw(exc)
                 else:
+                    self._summary_failures = 0
                     request = flow.send(text)
         except StopIteration as stop:
             result: Prepared = stop.value
             return result
 
-    def _summarizer_or_raise(self) -> Summarizer:
+    def _summarizer_for_call(self) -> Summarizer:
+        """The summarizer, unless it is backing off after failures (then `_BackingOff`)."""
         if self.summarizer is None:
             raise SummarizerError(
                 "a summarize strategy ran but the engine has no summarizer; pass summarizer="
             )
+        if self.stats.calls <= self._summary_skip_until:
+            raise _BackingOff(
+                f"the summarizer failed {self._summary_failures} time(s) in a row; it is not called again "
+                f"before prepare call {self._summary_skip_until + 1} (backoff), so the next strategy takes over"
+            )
         return self.summarizer
+
+    def _summary_failed(self) -> None:
+        """Back off after a failure: skip the summarizer for 1, 2, 4 ... (at most 32) prepare calls.
+
+        Without this, a failing LLM summarizer is called (with its own retries and
+        backoff) at every step that compacts, which makes every agent step slow;
+        Gemini CLI latches auto-compression off for good instead, which gives up
+        on summaries for the rest of the session.
+        """
+        self.stats.summarizer_failures += 1
+        self._summary_failures += 1
+        self._summary_skip_until = self.stats.calls + min(2 ** (self._summary_failures - 1), 32)
 
     # ------------------------------------------------------------------ the logic (one place)
 

@@ -1,0 +1,51 @@
+"""A failing summarizer is backed off, not called again at every step that compacts."""
+
+from __future__ import annotations
+
+from agentcontext.engine import ContextEngine
+from agentcontext.exceptions import SummarizerError
+from agentcontext.invariants import check_messages
+from agentcontext.testing import ScriptedSummarizer, WordCounter, make_conversation
+
+
+def replay_steps(engine: ContextEngine, seed: int = 5) -> tuple[int, list[str]]:
+    """Prepare before every assistant message; return the compacting steps and the fallback reasons."""
+    msgs = make_conversation(seed, rounds=30, steps=(2, 4), parallel=2, output_tokens=(40, 120))
+    counter = engine.counter
+    compacting = 0
+    reasons: list[str] = []
+    for i, m in enumerate(msgs):
+        if m.role != "assistant":
+            continue
+        prepared = engine.prepare(msgs[:i])
+        out = list(prepared.messages)
+        assert counter.count_messages(out) <= engine.budget
+        assert check_messages(out) == []
+        if prepared.report.compacted:
+            compacting += 1
+        reasons += [a.reason for a in prepared.report.actions if a.kind == "fallback"]
+    return compacting, reasons
+
+
+def test_a_failing_summarizer_is_called_rarely_and_the_prompt_still_fits() -> None:
+    failing = ScriptedSummarizer(replies=[SummarizerError("503 from the provider, after 3 tries")])
+    engine = ContextEngine(window=1_500, reserve=200, counter=WordCounter(), summarizer=failing)
+    compacting, reasons = replay_steps(engine)
+    assert compacting >= 30  # the window is tight: a compaction every few steps (35 here)
+    # Backoff of 1, 2, 4, 8... prepare calls after each failure: 7 calls here, against 34 without backoff.
+    assert 1 <= len(failing.requests) <= 8
+    assert engine.stats.summarizer_failures == len(failing.requests)
+    assert any("backoff" in r for r in reasons)
+
+
+def test_one_success_ends_the_backoff() -> None:
+    flaky = ScriptedSummarizer(
+        replies=[SummarizerError("timeout"), SummarizerError("timeout"), "the summary so far"]
+    )
+    engine = ContextEngine(window=1_500, reserve=200, counter=WordCounter(), summarizer=flaky)
+    compacting, _ = replay_steps(engine)
+    assert engine.stats.summarizer_failures == 2
+    # After the success, the summarizer is asked whenever a summary is due (no lingering backoff).
+    assert len(flaky.requests) > 3
+    assert engine.stats.summaries >= 1
+    assert compacting >= 10
