@@ -11,3 +11,9 @@ from pathlib import Path
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+
+def pytest_report_header() -> str:
+    from _sizes import PROFILE
+
+    return f"agentcontext test profile: {PROFILE} (AGENTCONTEXT_TESTS=long for many more examples)"

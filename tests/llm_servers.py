@@ -2,7 +2,11 @@
 
 Tests script what the server answers (a summary, a 429 with Retry-After, a 500,
 a reply that arrives too late, an empty or an over-long completion, a dropped
-connection) and read back the requests it received. The servers are real
+connection) and read back the requests it received. Misbehaving servers are
+scripted too: one that never answers (`Reply.hang`), drips its reply a byte
+at a time (`Reply.drip`, headers included with `Reply.drip_headers`), or sends
+a body of any size without holding it in memory (`huge`); each request records
+how many body bytes the server got out before the client hung up (`Received.sent`). The servers are real
 (stdlib ``http.server`` on a free 127.0.0.1 port, in a thread) and check
 requests the way the real APIs do (a required ``max_tokens``, the
 ``anthropic-version`` header, JSON bodies), so the summarizers are tested over
@@ -18,8 +22,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +42,19 @@ class Reply:
     """Seconds to wait before answering (longer than the client's timeout: a timeout)."""
     drop: bool = False
     """Close the connection without answering."""
+    hang: bool = False
+    """Never answer (until the server shuts down)."""
+    drip: float = 0.0
+    """Seconds between the bytes of the body (0: send it at once)."""
+    drip_headers: bool = False
+    """Drip the status line and headers too (with ``drip`` seconds between bytes)."""
+    raw: bytes | None = None
+    """Send these bytes as the body instead of ``body`` as JSON."""
+    content_type: str = "application/json"
+    huge: tuple[bytes, int, bytes] | None = None
+    """``(prefix, n, suffix)``: a body of ``prefix``, ``n`` filler bytes and ``suffix``, streamed in chunks."""
+    length: bool = True
+    """Send ``content-length``; False sends none and closes the connection after the body."""
 
 
 def openai_ok(text: str | None, *, finish_reason: str = "stop", model: str = "test-model") -> Reply:
@@ -78,6 +94,18 @@ def anthropic_ok(text: str, *, stop_reason: str = "end_turn", model: str = "test
     )
 
 
+def huge_openai(n: int) -> Reply:
+    """A Chat Completions reply whose content is ``n`` bytes of ``x`` (streamed, never held in memory)."""
+    prefix = b'{"id":"chatcmpl-huge","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"'
+    return Reply(huge=(prefix, n, b'"},"finish_reason":"stop"}]}'))
+
+
+def huge_anthropic(n: int) -> Reply:
+    """A Messages reply whose text is ``n`` bytes of ``x`` (streamed, never held in memory)."""
+    prefix = b'{"id":"msg_huge","type":"message","role":"assistant","content":[{"type":"text","text":"'
+    return Reply(huge=(prefix, n, b'"}],"stop_reason":"end_turn"}'))
+
+
 def error(
     status: int, message: str = "error", *, kind: str = "api_error", retry_after: str | None = None
 ) -> Reply:
@@ -95,22 +123,29 @@ class Received:
     path: str
     headers: dict[str, str]
     body: Any
+    sent: int = 0
+    """Body bytes the server wrote before it finished or the client hung up."""
+    finished: bool = False
+    """True when the whole reply was written (False: the client hung up first)."""
 
 
 class LLMServer:
     """A scripted OpenAI- or Anthropic-protocol server on a free loopback port.
 
     Use as a context manager. `script` sets the replies, in order; the last one
-    repeats. `requests` holds every request received.
+    repeats. `respond` instead computes each reply from the request's body (a
+    deterministic stand-in model). `requests` holds every request received.
     """
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.requests: list[Received] = []
         self._replies: list[Reply] = []
+        self._responder: Callable[[dict[str, Any]], Reply] | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ control
 
@@ -127,7 +162,17 @@ class LLMServer:
             self._replies = list(replies)
             self.requests.clear()
 
-    def _next(self) -> Reply:
+    def respond(self, responder: Callable[[dict[str, Any]], Reply] | None) -> None:
+        """Answer every valid request with ``responder(body)`` (None: back to the scripted replies)."""
+        with self._lock:
+            self._responder = responder
+            self.requests.clear()
+
+    def _next(self, body: Any) -> Reply:
+        with self._lock:
+            responder = self._responder
+        if responder is not None:
+            return responder(body)
         with self._lock:
             if not self._replies:
                 return error(500, "no scripted reply")
@@ -150,29 +195,83 @@ class LLMServer:
                 except ValueError:
                     body = None
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                received = Received(path=self.path, headers=headers, body=body)
                 with server._lock:
-                    server.requests.append(Received(path=self.path, headers=headers, body=body))
+                    server.requests.append(received)
                 problem = server._validate(self.path, headers, body)
-                reply = error(400, problem, kind="invalid_request_error") if problem else server._next()
+                reply = error(400, problem, kind="invalid_request_error") if problem else server._next(body)
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    server._stop.wait(reply.delay)
+                if reply.hang:
+                    server._stop.wait()
+                    self.close_connection = True
+                    return
                 if reply.drop:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
                     return
-                payload = json.dumps(reply.body).encode() if reply.body is not None else b""
                 try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    for k, v in reply.headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:  # the client gave up (a timeout test)
+                    self._answer(reply, received)
+                except OSError:  # the client gave up (a timeout or size-cap test)
                     self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def _answer(self, reply: Reply, received: Received) -> None:
+                if reply.huge is not None:
+                    prefix, n, suffix = reply.huge
+                    size = len(prefix) + n + len(suffix)
+                    chunks: Iterator[bytes] = _filler(prefix, n, suffix)
+                else:
+                    payload = (
+                        reply.raw
+                        if reply.raw is not None
+                        else json.dumps(reply.body).encode()
+                        if reply.body is not None
+                        else b""
+                    )
+                    size = len(payload)
+                    chunks = iter([payload])
+                head = [
+                    f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}",
+                    f"content-type: {reply.content_type}",
+                ]
+                if reply.length:
+                    head.append(f"content-length: {size}")
+                else:
+                    head.append("connection: close")
+                    self.close_connection = True
+                head += [f"{k}: {v}" for k, v in reply.headers.items()]
+                head_bytes = ("\r\n".join(head) + "\r\n\r\n").encode()
+                self._write(head_bytes, reply.drip if reply.drip_headers else 0.0, None)
+                for chunk in chunks:
+                    self._write(chunk, reply.drip, received)
+                    if server._stop.is_set():
+                        return
+                received.finished = True
+                if not reply.length:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_WR)
+
+            def _write(self, data: bytes, drip: float, received: Received | None) -> None:
+                if not drip:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    if received is not None:
+                        received.sent += len(data)
+                    return
+                for i in range(len(data)):
+                    if server._stop.wait(drip):
+                        raise OSError("the server is shutting down")
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    if received is not None:
+                        received.sent += 1
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that hung up mid-reply is what the misbehaviour tests provoke
+
+        self._stop.clear()
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
         self._thread.daemon = True
@@ -181,6 +280,7 @@ class LLMServer:
 
     def __exit__(self, *exc: object) -> None:
         assert self._server is not None and self._thread is not None
+        self._stop.set()  # wakes hanging and dripping handlers
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -214,6 +314,25 @@ class LLMServer:
             if m.get("role") not in ("user", "assistant"):
                 return f"messages: unexpected role {m.get('role')!r}"
         return None
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+def _filler(prefix: bytes, n: int, suffix: bytes, chunk: int = 1 << 16) -> Iterator[bytes]:
+    yield prefix
+    block = b"x" * chunk
+    while n > 0:
+        yield block[: min(chunk, n)]
+        n -= chunk
+    yield suffix
 
 
 @contextmanager

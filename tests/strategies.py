@@ -451,3 +451,260 @@ junk_anthropic_dicts = st.fixed_dictionaries(
     },
 )
 """Near-valid Anthropic message dicts: each field usually well-typed, sometimes junk, at every depth."""
+
+
+# ----------------------------------------------------------------------------- OpenAI Responses API items
+
+_item_ids = st.text(alphabet=string.ascii_lowercase + string.digits, min_size=4, max_size=8)
+_statuses = st.sampled_from(["completed", "incomplete", "in_progress"])
+
+
+def _maybe(draw: Callable[..., Any], d: dict[str, JSON], **fields: st.SearchStrategy[Any]) -> dict[str, JSON]:
+    """``d`` with each of ``fields`` added or not (the optional keys real items carry)."""
+    for key, strategy in fields.items():
+        if draw(st.booleans()):
+            d[key] = draw(strategy)
+    return d
+
+
+def _input_parts(draw: Callable[..., Any], *, nonblank: bool) -> list[JSON]:
+    text = nonblank_texts if nonblank else texts
+    first = {"type": "input_text", "text": draw(text)}
+    if draw(st.booleans()):
+        first["prompt_cache_breakpoint"] = {"mode": "explicit"}
+    parts = [first]
+    for _ in range(draw(st.integers(0, 2))):
+        parts.append(
+            draw(
+                st.one_of(
+                    st.builds(lambda t: {"type": "input_text", "text": t}, texts),
+                    st.builds(
+                        lambda u, d: {"type": "input_image", "image_url": u, "detail": d},
+                        image_urls,
+                        st.sampled_from(["auto", "low", "high", "original"]),
+                    ),
+                    st.builds(
+                        lambda f: {"type": "input_image", "file_id": f"file-{f}", "detail": "auto"}, _item_ids
+                    ),
+                    st.builds(
+                        lambda n, data: {"type": "input_file", "filename": f"{n}.pdf", "file_data": data},
+                        _item_ids,
+                        st.sampled_from(["JVBERi0xLjQK", "data:application/pdf;base64,JVBERi0="]),
+                    ),
+                    st.builds(lambda f: {"type": "input_file", "file_id": f"file-{f}"}, _item_ids),
+                )
+            )
+        )
+    return parts
+
+
+@st.composite
+def responses_client_message(draw: Callable[..., Any], *, role: str = "user", nonblank: bool = True) -> JSON:
+    """A user, system or developer message: shorthand or typed, string content or parts."""
+    if draw(st.booleans()):
+        return {"role": role, "content": draw(nonblank_texts if nonblank else texts)}
+    d: dict[str, JSON] = {"type": "message", "role": role, "content": _input_parts(draw, nonblank=nonblank)}
+    return _maybe(draw, d, status=_statuses)
+
+
+def _reasoning(draw: Callable[..., Any], n: int) -> JSON:
+    d: dict[str, JSON] = {
+        "type": "reasoning",
+        "id": f"rs_{n}",
+        "summary": draw(
+            st.lists(st.builds(lambda t: {"type": "summary_text", "text": t}, texts), max_size=2)
+        ),
+    }
+    return _maybe(draw, d, encrypted_content=st.text(alphabet=string.ascii_letters + "=_-", max_size=40))
+
+
+def _assistant_message(draw: Callable[..., Any], n: int) -> JSON:
+    if draw(st.integers(0, 4)) == 0:
+        return {"role": "assistant", "content": draw(nonblank_texts)}
+    parts: list[JSON] = [
+        _maybe(
+            draw,
+            {"type": "output_text", "text": draw(nonblank_texts), "annotations": []},
+            logprobs=st.just([]),
+        )
+    ]
+    if draw(st.integers(0, 5)) == 0:
+        parts.append({"type": "refusal", "refusal": draw(texts)})
+    d: dict[str, JSON] = {"type": "message", "role": "assistant", "content": parts}
+    return _maybe(
+        draw,
+        d,
+        id=st.just(f"msg_{n}"),
+        status=_statuses,
+        phase=st.sampled_from(["commentary", "final_answer"]),
+    )
+
+
+def _hosted(draw: Callable[..., Any], n: int) -> JSON:
+    item: dict[str, JSON] = draw(
+        st.sampled_from(
+            [
+                {
+                    "type": "web_search_call",
+                    "id": "ws_1",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "weather"},
+                },
+                {
+                    "type": "file_search_call",
+                    "id": "fs_1",
+                    "status": "completed",
+                    "queries": ["q"],
+                    "results": None,
+                },
+                {
+                    "type": "code_interpreter_call",
+                    "id": "ci_1",
+                    "status": "completed",
+                    "code": "print(1)",
+                    "container_id": "cntr_1",
+                    "outputs": [{"type": "logs", "logs": "1\n"}],
+                },
+                {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": _PNG},
+                {
+                    "type": "mcp_call",
+                    "id": "mcp_1",
+                    "server_label": "s",
+                    "name": "t",
+                    "arguments": "{}",
+                    "output": "ok",
+                },
+            ]
+        )
+    )
+    return {**item, "id": f"{item['id']}_{n}"}
+
+
+@st.composite
+def responses_conversations(draw: Callable[..., Any], *, max_turns: int = 3) -> list[JSON]:
+    """Valid Responses API input lists: what the API accepts, in every shape it comes in.
+
+    User (and system or developer) messages, shorthand or typed, with text,
+    images (URL, data URL, file id, any ``detail``) and files; model runs of
+    reasoning items (with or without encrypted content) before the items they
+    belong to, assistant messages (annotations, logprobs, refusals, phase, ids),
+    function and custom tool calls (parallel ones too), hosted items (web
+    search, code interpreter, a generated image...) and computer calls; every
+    call answered (outputs as strings or parts, in any order); compaction items.
+    Call ids are unique and every reasoning item is followed by an item of its run.
+    """
+    items: list[JSON] = []
+    if draw(st.booleans()):
+        items.append(draw(responses_client_message(role=draw(st.sampled_from(["system", "developer"])))))
+    n_call = 0
+    for _ in range(draw(st.integers(1, max_turns))):
+        items.append(draw(responses_client_message()))
+        for _ in range(draw(st.integers(0, 2))):
+            run: list[JSON] = []
+            outputs: list[JSON] = []
+            for _ in range(draw(st.integers(1, 3))):
+                n_call += 1
+                if draw(st.booleans()):
+                    run.append(_reasoning(draw, n_call))
+                piece = draw(st.sampled_from(["message", "function", "custom", "hosted", "computer"]))
+                n_call += 1
+                call_id = f"call_{n_call}"
+                if piece == "message":
+                    run.append(_assistant_message(draw, n_call))
+                elif piece == "hosted":
+                    run.append(_hosted(draw, n_call))
+                elif piece == "function":
+                    run.append(
+                        _maybe(
+                            draw,
+                            {
+                                "type": "function_call",
+                                "call_id": call_id,
+                                "name": draw(names),
+                                "arguments": _dump(draw, draw(json_objects)),
+                            },
+                            id=st.just(f"fc_{n_call}"),
+                            status=_statuses,
+                        )
+                    )
+                    output = draw(texts) if draw(st.booleans()) else _input_parts(draw, nonblank=False)
+                    outputs.append({"type": "function_call_output", "call_id": call_id, "output": output})
+                elif piece == "custom":
+                    run.append(
+                        {
+                            "type": "custom_tool_call",
+                            "call_id": call_id,
+                            "name": draw(names),
+                            "input": draw(texts),
+                        }
+                    )
+                    outputs.append(
+                        {"type": "custom_tool_call_output", "call_id": call_id, "output": draw(texts)}
+                    )
+                else:
+                    run.append(
+                        {
+                            "type": "computer_call",
+                            "id": f"cu_{n_call}",
+                            "call_id": call_id,
+                            "action": {"type": "click", "button": "left", "x": n_call, "y": 2},
+                            "pending_safety_checks": [],
+                            "status": "completed",
+                        }
+                    )
+                    outputs.append(
+                        {
+                            "type": "computer_call_output",
+                            "call_id": call_id,
+                            "output": {
+                                "type": "computer_screenshot",
+                                "image_url": f"data:image/png;base64,{_PNG}",
+                            },
+                        }
+                    )
+            items += run
+            items += draw(st.permutations(outputs))
+        if draw(st.integers(0, 6)) == 0:
+            n_call += 1
+            items.append({"type": "compaction", "id": f"cmp_{n_call}", "encrypted_content": "enc"})
+    return items
+
+
+_responses_types = st.sampled_from(
+    [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "computer_call",
+        "computer_call_output",
+        "web_search_call",
+        "compaction",
+        "future_item",
+    ]
+)
+junk_responses_items = st.fixed_dictionaries(
+    {"type": _mostly(_responses_types)},
+    optional={
+        "role": _mostly(st.sampled_from(["user", "assistant", "developer", "tool"])),
+        "content": _mostly(
+            _some_text
+            | st.lists(
+                st.fixed_dictionaries(
+                    {"type": _mostly(st.sampled_from(["input_text", "output_text", "input_image"]))},
+                    optional={"text": _some_text, "image_url": _some_text},
+                ),
+                max_size=3,
+            )
+        ),
+        "call_id": _mostly(st.sampled_from(["c1", "c2", ""])),
+        "name": _some_text,
+        "arguments": _mostly(_some_text),
+        "output": _mostly(_some_text),
+        "input": _some_text,
+        "id": _some_text,
+        "summary": st.lists(json_junk, max_size=2),
+    },
+)
+"""Near-valid Responses items: each field usually well-typed, sometimes junk, at every depth."""

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.artifacts import (
     ArtifactRef,
     ArtifactStore,
@@ -144,7 +145,9 @@ def test_bad_input_is_a_usage_error(store: ArtifactStore) -> None:
     assert isinstance(store, ArtifactStore)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(text=st.text(max_size=300))
 def test_any_text_round_trips(store: ArtifactStore, text: str) -> None:
     try:

@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.engine import ContextEngine, Level, Prepared, Thresholds
+from _sizes import examples
+from agentcontext import ContextEngine, EngineState, Level, Prepared, Thresholds
 from agentcontext.exceptions import ContextOverflowError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message
 from agentcontext.testing import WordCounter, make_conversation
+from promises import assert_refusal_warranted, essentials
 
 COUNTER = WordCounter(cache_size=200_000)
 
@@ -32,20 +34,13 @@ conversations = st.builds(
 shares = st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.8, 1.2, 3.0])
 
 
-def _essential_cost(msgs: Sequence[Message]) -> int:
-    head = [m for m in msgs if m.role == "system"][:1]
-    users = [m for m in msgs if m.role == "user"]
-    return sum(COUNTER.count_message(m) for m in head + users[-1:]) + 60
-
-
 def _check_promises(msgs: list[Message], engine: ContextEngine) -> Prepared | None:
     before = copy.deepcopy(msgs)
     try:
         prepared = engine.prepare(msgs)
     except ContextOverflowError as exc:
         # Only allowed when the system prompt plus the latest user message cannot fit.
-        assert exc.required > exc.budget
-        assert _essential_cost(msgs) > engine.budget * 0.5
+        assert_refusal_warranted(msgs, engine, exc)
         return None
     out = list(prepared.messages)
     report = prepared.report
@@ -79,7 +74,7 @@ def _check_promises(msgs: list[Message], engine: ContextEngine) -> Prepared | No
     return prepared
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversations, share=shares)
 def test_promises_hold_on_random_conversations(msgs: list[Message], share: float) -> None:
     total = COUNTER.count_messages(msgs)
@@ -88,7 +83,7 @@ def test_promises_hold_on_random_conversations(msgs: list[Message], share: float
     _check_promises(msgs, engine)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversations, share=shares)
 def test_promises_hold_step_by_step(msgs: list[Message], share: float) -> None:
     """An agent loop: prepare before every assistant message, with the history so far."""
@@ -101,7 +96,7 @@ def test_promises_hold_step_by_step(msgs: list[Message], share: float) -> None:
     _check_promises(msgs, engine)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 10**9), rounds=st.integers(1, 6))
 def test_under_soft_limit_valid_input_comes_back_unchanged(seed: int, rounds: int) -> None:
     msgs = make_conversation(seed, rounds=rounds, huge_share=0.0)
@@ -120,8 +115,28 @@ def test_overflow_error_names_the_numbers() -> None:
     with pytest.raises(ContextOverflowError) as info:
         engine.prepare([Message(role="system", content="be brief"), big])
     err = info.value
-    assert err.required > err.budget == 900
+    assert_refusal_warranted([Message(role="system", content="be brief"), big], engine, err)
+    assert err.budget == 900
     assert "900" in str(err) and "window 1,000" in str(err)
+
+
+def test_only_our_note_over_the_budget_is_dropped_never_a_reason_to_refuse() -> None:
+    """Essentials that fit the budget exactly: older messages go, and so does the note that would mark them."""
+    system = Message(role="system", content="policy " * 40)
+    request = Message(role="user", content="please " * 40)
+    older = [Message(role="user", content="old " * 30), Message(role="assistant", content="reply " * 30)]
+    msgs = [system, *older, request]
+    probe = ContextEngine(window=10_000, reserve=0, counter=COUNTER, truncator=None)
+    floor = essentials(msgs, probe)
+    engine = ContextEngine(window=floor, reserve=0, counter=COUNTER, truncator=None)
+    prepared = engine.prepare(msgs)
+    assert list(prepared.messages) == [system, request]
+    assert prepared.report.tokens_after == floor <= engine.budget
+    (dropped,) = [a for a in prepared.report.actions if a.kind == "dropped"]
+    assert set(dropped.message_ids) == {m.id for m in older} and dropped.replacement_ids == ()
+    with pytest.raises(ContextOverflowError) as info:  # one token less, and the refusal is warranted
+        ContextEngine(window=floor - 1, reserve=0, counter=COUNTER, truncator=None).prepare(msgs)
+    assert info.value.required == floor
 
 
 class CountingSequence(Sequence[Message]):
@@ -188,7 +203,7 @@ thresholds = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(t=thresholds, floor=st.floats(0.0, 1.5), step=st.floats(0.0, 0.2))
 def test_thresholds_rise_with_the_floor_and_stay_ordered(t: Thresholds, floor: float, step: float) -> None:
     lifted = t.above(floor)
@@ -206,7 +221,7 @@ def test_thresholds_rise_with_the_floor_and_stay_ordered(t: Thresholds, floor: f
     assert higher.target >= lifted.target - 1e-9 and higher.soft >= lifted.soft - 1e-9
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(t=thresholds)
 def test_raised_thresholds_are_continuous_at_the_pivot(t: Thresholds) -> None:
     near = t.above(t.pivot + 1e-7)
@@ -235,7 +250,7 @@ def _policy(words: int) -> Message:
     return Message(role="system", content="Follow the policy below. " + "rule " * words)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**9),
     floor=st.sampled_from([0.45, 0.6, 0.75]),
@@ -329,3 +344,23 @@ def test_a_huge_latest_request_raises_the_limits_and_a_small_one_lowers_them() -
     small = Message(role="user", content="thanks, now a small one")
     after = engine.prepare([*msgs, big, Message(role="assistant", content="done"), small])
     assert after.report.target == int(0.5 * engine.budget)
+
+
+def test_tools_and_instructions_sent_beside_the_messages_are_counted_and_leave_them_less_room() -> None:
+    msgs = make_conversation(3, rounds=6, steps=(1, 3), parallel=1, huge_share=0.0)
+    tools = [{"type": "function", "function": {"name": "run", "description": "run a shell command " * 20}}]
+    instructions = "Follow the house rules. " * 60
+    engine = ContextEngine(
+        window=COUNTER.count_messages(msgs) * 2, reserve=0, counter=COUNTER, truncator=None
+    )
+    plain = engine.prepare(msgs, state=EngineState.new())
+    dressed = engine.prepare(msgs, tools=tools, instructions=instructions, state=EngineState.new())
+    extra = dressed.report.tool_tokens + dressed.report.instruction_tokens
+    assert dressed.report.tool_tokens == engine.count([], tools=tools) - engine.count([]) > 0
+    assert extra == engine.count([], tools=tools, instructions=instructions) - engine.count([])
+    assert dressed.report.tokens_before == plain.report.tokens_before + extra
+    assert dressed.report.tokens_after <= engine.budget
+    with pytest.raises(ContextOverflowError, match="tool definitions .* and instructions"):
+        ContextEngine(window=extra, reserve=0, counter=COUNTER).prepare(
+            msgs, tools=tools, instructions=instructions
+        )

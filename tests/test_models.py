@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext import models
 from agentcontext.exceptions import ConfigError, UnknownModelError
 from agentcontext.models import ModelSpec
@@ -514,7 +515,7 @@ _SUFFIXES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     spec=st.sampled_from(BUILTINS),
     suffix=_SUFFIXES,

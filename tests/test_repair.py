@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import re
 
 import pytest
 
@@ -14,8 +13,7 @@ from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, ToolCall
 from agentcontext.repair import repair_messages
 from agentcontext.testing import WordCounter
-
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+from realdata import load, manifest
 
 
 def engine(**kw: object) -> ContextEngine:
@@ -69,9 +67,49 @@ def test_repeated_call_ids_are_renamed_with_their_results() -> None:
     ]
     out, actions, _ = repair_messages(msgs)
     assert check_messages(out) == []
-    assert out[3].tool_calls[0].id == "call_0~2" and out[4].tool_call_id == "call_0~2"
+    assert out[3].tool_calls[0].id == "call_0_2" and out[4].tool_call_id == "call_0_2"
     assert out[4].text == "two"
     assert len([a for a in actions if a.kind == "repaired"]) == 2
+
+
+def test_a_repeated_id_inside_one_message_keeps_each_result_with_the_call_it_answered() -> None:
+    """Two calls named ``dup`` in one message: the first result answers the first call, the second the second."""
+    msgs = [
+        Message(role="user", content="go"),
+        Message(
+            role="assistant",
+            tool_calls=(
+                ToolCall(id="dup", name="read", arguments='{"path": "a.py"}'),
+                ToolCall(id="dup", name="read", arguments='{"path": "b.py"}'),
+            ),
+        ),
+        Message(role="tool", tool_call_id="dup", content="contents of a.py"),
+        Message(role="tool", tool_call_id="dup", content="contents of b.py"),
+        Message(role="assistant", content="done"),
+    ]
+    out, actions, state = repair_messages(msgs)
+    assert check_messages(out) == []
+    first, second = out[1].tool_calls
+    assert (first.id, second.id) == ("dup", "dup_2")
+    by_call = {m.tool_call_id: m.text for m in out if m.role == "tool"}
+    assert by_call == {"dup": "contents of a.py", "dup_2": "contents of b.py"}
+    assert not state.pending and not any("stub" in m.text for m in out)  # nothing stubbed, nothing dropped
+    (renamed,) = [a for a in actions if a.kind == "repaired" and a.reason.startswith("repeated")]
+    assert "'dup' -> 'dup_2'" in renamed.reason
+
+
+def test_renamed_ids_use_only_characters_every_provider_accepts() -> None:
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(ToolCall(id="call.1:x", name="f"),)),
+        Message(role="tool", tool_call_id="call.1:x", content="one"),
+        Message(role="assistant", tool_calls=(ToolCall(id="call.1:x", name="f"),)),
+        Message(role="tool", tool_call_id="call.1:x", content="two"),
+    ]
+    out, _, _ = repair_messages(msgs)
+    renamed = out[3].tool_calls[0].id
+    assert renamed != "call.1:x" and re.fullmatch(r"[A-Za-z0-9_-]+", renamed)
+    assert out[4].tool_call_id == renamed and out[4].text == "two"
 
 
 def test_missing_opening_user_message_and_empty_messages() -> None:
@@ -112,22 +150,15 @@ def test_pending_calls_at_the_end_are_stubbed_only_in_the_output() -> None:
     assert check_messages(out) == []
 
 
-def _eval_files() -> list[Path]:
-    return sorted((EVAL / "conversations").glob("*.jsonl"))
-
-
-@pytest.mark.skipif(not EVAL.exists(), reason="shared/eval is not beside this checkout")
 def test_every_real_conversation_is_repaired_to_a_valid_prompt() -> None:
-    manifest = {c["file"]: c for c in json.loads((EVAL / "manifest.json").read_text())["conversations"]}
-    files = _eval_files()
-    assert len(files) == 63
-    for path in files:
-        dicts = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        msgs = oai.to_messages(dicts)
+    entries = manifest()
+    assert len(entries) >= 10
+    for info in entries:
+        path = info["path"]
+        msgs = oai.to_messages(load(path))
         out = list(engine().prepare(msgs).messages)
         assert check_messages(out) == [], path.name
         oai.from_messages(out)  # accepted by the OpenAI format's validation
-        info = manifest[path.name]
         problems = (
             info["unanswered_tool_calls"] + info["orphan_tool_results"] + info["duplicate_tool_call_ids"]
         )

@@ -22,9 +22,12 @@ from agentcontext.testing import WordCounter
 COUNTER = WordCounter()
 
 
-def ctx(budget: int, target: int | None = None) -> CompactionContext:
+def ctx(budget: int, target: int | None = None, *, recallable: bool = False) -> CompactionContext:
     return CompactionContext(
-        counter=COUNTER, budget=budget, target=target if target is not None else budget // 2
+        counter=COUNTER,
+        budget=budget,
+        target=target if target is not None else budget // 2,
+        recallable=recallable,
     )
 
 
@@ -97,18 +100,32 @@ def test_sliding_window_by_messages_and_rounds() -> None:
         SlidingWindow(keep_last_rounds=0)
 
 
-def test_masking_replaces_old_results_with_a_placeholder_naming_tool_size_and_ref() -> None:
+@pytest.mark.parametrize("recallable", [True, False])
+def test_masking_replaces_old_results_with_a_placeholder_naming_tool_size_and_ref(recallable: bool) -> None:
     msgs = agent_run(steps=6, output_words=200)
-    result = MaskObservations(keep_recent=2, clear_at_least=0).compact(msgs, ctx(budget=2000, target=600))
+    result = MaskObservations(keep_recent=2, clear_at_least=0).compact(
+        msgs, ctx(budget=2000, target=600, recallable=recallable)
+    )
     out = list(result.messages)
     tools = [m for m in out if m.role == "tool"]
     masked = [m for m in tools if m.metadata.get("agentcontext")]
     assert tools[-2:] == [m for m in msgs if m.role == "tool"][-2:]  # the newest two are intact
     assert masked, "old results should be masked"
     for m in masked:
-        assert "bash" in m.text and "tokens" in m.text and "message:" in m.text
+        assert "bash" in m.text and "tokens" in m.text
+        # The placeholder offers a recall only when a session can serve it.
+        assert ("message:" in m.text and "Recall" in m.text) is recallable
+        assert m.metadata["agentcontext"]["ref"]  # type: ignore[index]  # the report keeps the ref either way
     assert {a.kind for a in result.actions} == {"masked"}
     assert check_messages(out) == []
+
+
+def test_notes_promise_a_recall_only_when_one_can_be_served() -> None:
+    msgs = agent_run(steps=8, output_words=200)
+    for recallable in (True, False):
+        out = list(TokenBudget().compact(msgs, ctx(budget=900, target=500, recallable=recallable)).messages)
+        (note,) = [m for m in out if m.metadata.get("agentcontext", {}).get("kind") == "elision"]  # type: ignore[union-attr]
+        assert ("recalled" in note.text) is recallable
 
 
 def test_masking_respects_protected_tools_and_clear_at_least() -> None:

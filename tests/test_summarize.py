@@ -11,7 +11,8 @@ from typing import Literal
 
 import pytest
 
-from agentcontext.engine import ContextEngine, Level, Thresholds, default_pipelines
+from agentcontext import ContextEngine, Level, Thresholds
+from agentcontext.engine import default_pipelines
 from agentcontext.exceptions import ConfigError, SummarizerError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, ToolCall
@@ -484,8 +485,15 @@ def test_a_cooldown_never_outlasts_the_message_it_counts_from() -> None:
     assert requests == [] and result.actions[0].reason.startswith(
         "cooldown: the summarizer ran 2 agent steps ago"
     )
-    # Had a cheaper tier dropped that message, every step after the summary counts: never stuck.
+    # Had a cheaper tier dropped that message, every step after the summary counts (the ones the summary
+    # saw and kept verbatim too), so the cooldown ends at the latest when that many steps follow it.
     dropped = [m for m in grown if m.id != through]
+    at = next(i for i, m in enumerate(dropped) if kind(m) == "summary")
+    after = sum(1 for m in dropped[at + 1 :] if m.role == "assistant" and kind(m) != "summary_ack")
+    assert after > 2  # more than the two steps counted while the message was there
+    while after < 4:
+        dropped += agent_run(1)[1:3]
+        after += 1
     result, requests = drive(
         Summarize(cooldown_mode="skip"), dropped, ctx_for(dropped, usage=0.6), fixed("x")
     )
@@ -631,3 +639,122 @@ def test_default_engine_summarizes_offline_and_rarely() -> None:
     final = list(engine.prepare(msgs).messages)
     summary = next(m for m in final if kind(m) == "summary")
     assert "<state_snapshot>" in summary.text and "ValueError" in summary.text
+
+
+class _Touched(list):  # type: ignore[type-arg]
+    """A list that counts element reads (indexing and iteration)."""
+
+    touched = 0
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        got = super().__getitem__(i)
+        type(self).touched += len(got) if isinstance(got, list) else 1
+        return got
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for item in super().__iter__():
+            type(self).touched += 1
+            yield item
+
+
+def test_planning_a_summary_of_a_long_uncompacted_history_is_n_log_n_not_quadratic() -> None:
+    """Every split the planner tries reads the ledger's cost from prefix sums (it used to rebuild it: O(n^2))."""
+    from agentcontext.compaction import is_user_request
+    from agentcontext.strategies._base import CompactionContext
+    from agentcontext.strategies._summary_plan import plan_summary
+
+    counter = WordCounter()
+    touched = {}
+    for n in (2_000, 16_000):
+        msgs = [Message(role="system", content="policy")]
+        for i in range(n):
+            # Long user turns fill the ledger's room at once; every split then has to be priced.
+            msgs.append(Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i} " * 3))
+        counts = [counter.count_message(m) for m in msgs]
+        ctx = CompactionContext(counter=counter, budget=400, target=200)
+        _Touched.touched = 0
+        plan = plan_summary(
+            Summarize(keep_recent=0.9, summary_share=0.9),
+            _Touched(msgs),
+            _Touched(counts),
+            ctx,
+            wrapper=20,
+            ack_tokens=5,
+        )
+        assert plan.evicted and all(is_user_request(msgs[i]) or msgs[i].role == "system" for i in plan.ledger)
+        touched[n] = _Touched.touched
+    # 8x the messages: an O(n log n) planner reads about 8-10x as much, a quadratic one 64x.
+    assert touched[16_000] < 12 * touched[2_000], touched
+
+
+def test_a_span_too_large_for_one_summary_drops_its_oldest_part_and_says_so() -> None:
+    """At most ``max_input_chunks`` requests' worth is read; the older messages are dropped, reported, and named."""
+    msgs = agent_run(40)
+    ctx = ctx_for(msgs, usage=3.0)  # far over the budget: a history never compacted
+    strategy = Summarize(max_input_tokens=256, max_input_chunks=2)
+    result, requests = drive(strategy, msgs, ctx, fixed("gist"))
+    summarized = [a for a in result.actions if a.kind == "summarized"]
+    dropped = [a for a in result.actions if a.kind == "dropped"]
+    assert len(summarized) == 1 and len(dropped) == 1
+    # Everything evicted is accounted for once; the dropped part is the oldest.
+    gone = set(summarized[0].message_ids) | set(dropped[0].message_ids)
+    assert not set(summarized[0].message_ids) & set(dropped[0].message_ids)
+    index = {m.id: i for i, m in enumerate(msgs)}
+    assert max(index[i] for i in dropped[0].message_ids) < min(index[i] for i in summarized[0].message_ids)
+    out_ids = {m.id for m in result.messages}
+    assert all(m.id in gone or m.id in out_ids for m in msgs)
+    # The summarizer read what it may: chunk requests of at most 256 tokens (plus the merge of their summaries).
+    read = sum(
+        COUNTER.count_messages(r.messages) for r in requests if r.instructions and "part" in r.instructions
+    )
+    assert read <= 2 * 256 + 256
+    summary = next(m for m in result.messages if kind(m) == "summary")
+    assert (
+        f"The {len(dropped[0].message_ids)} messages before these were removed without a summary"
+        in summary.text
+    )
+    assert "max_input_chunks" in dropped[0].reason
+
+
+def test_the_engine_deadline_stops_asking_for_summaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a prepare's deadline has passed, no further summary is asked for: the strategy falls back (timeout)."""
+    import types
+
+    import agentcontext.engine as engine_module
+    from agentcontext import FallbackReason
+
+    clock = [0.0]  # the engine's clock: a summary "takes" two seconds of it, whatever the machine's load
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    calls: list[SummaryRequest] = []
+
+    class Slow:
+        calls_model = True
+
+        def summarize(self, request: SummaryRequest) -> str:
+            calls.append(request)
+            clock[0] += 2.0
+            return "part summary " * 3
+
+        async def asummarize(self, request: SummaryRequest) -> str:
+            return self.summarize(request)
+
+    msgs = agent_run(30)
+    total = COUNTER.count_messages(msgs)
+    pipelines = {
+        lvl: Summarize(max_input_tokens=256) for lvl in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY)
+    }
+    engine = ContextEngine(
+        window=total // 2,
+        reserve=0,
+        counter=COUNTER,
+        summarizer=Slow(),
+        pipelines=pipelines,
+        truncator=None,
+        timeout=1.0,
+    )
+    prepared = engine.prepare(msgs)
+    assert len(calls) == 1  # the first request overran the one-second deadline: no second one was made
+    assert calls[0].deadline == 1.0  # it was told when to give up
+    reasons = [a.fallback for a in prepared.report.actions if a.kind == "fallback"]
+    assert FallbackReason.TIMEOUT in reasons
+    assert prepared.report.tokens_after <= engine.budget  # hard truncation still guarantees the fit

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.exceptions import ConfigError, UsageError
 from agentcontext.messages import JSONValue, Message
 from agentcontext.tokens import CalibratedCounter, ScriptEstimator, TiktokenCounter, TokenCounter
@@ -161,7 +162,7 @@ def test_wraps_any_token_counter_but_only_base_counters_count_tools() -> None:
         counter.count_tools([{"name": "x"}])
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(reports=st.lists(st.floats(min_value=0.01, max_value=100.0), min_size=1, max_size=30))
 def test_the_correction_always_stays_within_its_bounds(reports: list[float]) -> None:
     counter = CalibratedCounter(TiktokenCounter(), min_tokens=1)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.exceptions import ConfigError, InvalidMessageError, UsageError
 from agentcontext.messages import ImagePart, JSONValue, Message, TextPart, ToolCall
 from agentcontext.tokens import ChatFormat, ScriptEstimator, TiktokenCounter
@@ -300,7 +301,7 @@ def test_cache_size_zero_disables_caching_and_negative_is_an_error() -> None:
         ScriptEstimator(cache_size=1.5)  # type: ignore[arg-type]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(conv=canonical_conversations(), cut=st.integers(min_value=0, max_value=40))
 def test_counts_are_additive_and_the_cache_never_changes_a_result(conv: list[Message], cut: int) -> None:
     cached, fresh = TiktokenCounter(cache_size=8), TiktokenCounter(cache_size=0)

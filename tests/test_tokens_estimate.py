@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import itertools
 import json
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.exceptions import ConfigError, TokenizerError
 from agentcontext.tokens import (
     TOKENIZER_NAMES,
@@ -33,14 +35,16 @@ from agentcontext.tokens import (
 from agentcontext.tokens._byte_chars import BYTE_CHARS, CJK_WHOLE
 from agentcontext.tokens._cjk import COMMON_CJK, COMMON_PAIRS
 from agentcontext.tokens._estimate import FEATURE_NAMES, estimate, features
+from realdata import conversation_files
 
-EVAL = Path("/work/shared/eval/conversations")
-needs_eval = pytest.mark.skipif(not EVAL.is_dir(), reason="eval conversations not available")
+
+def _files(pattern: str) -> list[Path]:
+    return [p for p in conversation_files() if fnmatch.fnmatch(p.name, pattern)]
 
 
 def _texts(pattern: str) -> list[str]:
     out: list[str] = []
-    for path in sorted(EVAL.glob(pattern)):
+    for path in _files(pattern):
         for line in path.read_text(encoding="utf-8").splitlines():
             m = json.loads(line)
             if isinstance(m.get("content"), str) and m["content"]:
@@ -49,7 +53,6 @@ def _texts(pattern: str) -> list[str]:
     return out
 
 
-@needs_eval
 @pytest.mark.parametrize(
     "pattern",
     [
@@ -71,7 +74,6 @@ def test_whole_conversations_are_estimated_within_a_few_percent_and_high(pattern
         assert sum(math.ceil(len(t) / 4) for t in texts) / truth < 0.5
 
 
-@needs_eval
 def test_individual_messages_are_rarely_undercounted_by_much() -> None:
     exact, estimator = TiktokenCounter(), ScriptEstimator()
     errors = []
@@ -102,14 +104,14 @@ def test_scripts_are_priced_apart() -> None:
     assert named["underscores"] == 1 and named["digits"] == 2 and named["indent_runs"] == 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(text=st.text(max_size=400))
 def test_never_raises_and_is_positive_for_any_text(text: str) -> None:
     n = ScriptEstimator(cache_size=0).count_text(text)
     assert n == 0 if not text else n >= 1
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(text=st.text(min_size=1, max_size=200), scale=st.floats(min_value=0.5, max_value=3.0))
 def test_scale_multiplies_the_estimate(text: str, scale: float) -> None:
     base = ScriptEstimator()
@@ -230,7 +232,7 @@ def _reference(text: str) -> dict[str, int]:
     }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(text=st.text(alphabet=_ALPHABET, min_size=1, max_size=120))
 def test_features_count_what_they_say(text: str) -> None:
     """The C-level counting (byte classes, big-integer masks, look-ups) agrees with a plain loop."""
@@ -338,7 +340,7 @@ _STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
 def _messages(pattern: str, roles: tuple[str, ...]) -> Iterator[str]:
-    for path in sorted(EVAL.glob(pattern)):
+    for path in _files(pattern):
         for line in path.read_text(encoding="utf-8").splitlines():
             m = json.loads(line)
             if m["role"] in roles and isinstance(m.get("content"), str):
@@ -358,7 +360,6 @@ def _kind_text(kind: str) -> str:
     return "\n\n".join(_messages("medicalgpt__sharegpt-zh__*.jsonl", ("user", "assistant")))
 
 
-@needs_eval
 @pytest.mark.parametrize("kind", ["prose", "code", "json", "chinese"])
 def test_short_snippets_of_each_kind_meet_the_target(kind: str) -> None:
     """Median error within +-3% (erring high) and p90 within 10%, on 500-character windows.

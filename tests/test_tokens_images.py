@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.exceptions import ConfigError
 from agentcontext.messages import ImagePart
 from agentcontext.tokens import image_size, image_tokens
@@ -87,7 +88,7 @@ def test_unknown_sizes_take_a_documented_conservative_default() -> None:
     assert image_tokens(unknown, provider="gemini") == 1548
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(w=st.integers(1, 20_000), h=st.integers(1, 20_000))
 def test_the_unknown_size_default_bounds_every_known_size(w: int, h: int) -> None:
     known = ImagePart(url="https://x/y.png", width=w, height=h)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.artifacts import ArtifactRef, FileArtifactStore, MemoryArtifactStore
 from agentcontext.exceptions import ConfigError, InvalidMessageError
 from agentcontext.messages import ImagePart, Message, TextPart
+from agentcontext.tokens import CalibratedCounter, ScriptEstimator
 from agentcontext.tokens._base import TokenCounter
-from agentcontext.truncation import ObservationTruncator, TruncationResult, truncate_message
+from agentcontext.truncation import ObservationTruncator, TruncationResult, token_bounds, truncate_message
 
 try:
     from agentcontext.tokens import TiktokenCounter  # type: ignore[attr-defined]
@@ -62,7 +66,14 @@ def check_result(text: str, result: TruncationResult, truncator: ObservationTrun
     over_lines = truncator.max_lines is not None and nlines > truncator.max_lines
     over_bytes = truncator.max_bytes is not None and nbytes > truncator.max_bytes
     over_tokens = truncator.max_tokens is not None and ntokens is not None and ntokens > truncator.max_tokens
-    assert (result.original_lines, result.original_bytes, result.original_tokens) == (nlines, nbytes, ntokens)
+    assert (result.original_lines, result.original_bytes) == (nlines, nbytes)
+    if ntokens is None or not result.original_tokens_estimated:
+        assert result.original_tokens == ntokens
+    else:  # a cut input is not tokenized whole: its count is estimated, within the counter's bounds
+        assert result.truncated and result.original_tokens is not None
+        lo, hi = token_bounds(truncator.counter, nbytes)
+        assert lo <= result.original_tokens <= (hi if hi is not None else math.inf)
+        assert ntokens / 8 <= result.original_tokens <= 8 * ntokens + 64
     if not (over_lines or over_bytes or over_tokens):
         assert not result.truncated and result.preview is text and result.ref is None and result.marker == ""
         return
@@ -320,11 +331,119 @@ def test_token_search_counts_preview_sized_texts_a_logarithmic_number_of_times()
     t = ObservationTruncator(max_lines=None, max_bytes=None, max_tokens=2000, counter=counter)
     text = "".join(f"row {i}: value={i * 7919 % 1000} ok\n" for i in range(100_000))  # ~2.5 MB
     result = t.truncate(text)
-    first, rest = counter.lengths[0], counter.lengths[1:]
+    lengths = list(counter.lengths)
     check_result(text, result, t)
-    assert first == len(text)  # the input itself is tokenized once
-    assert max(rest) < len(text) / 50  # every other count is of a preview-sized text
-    assert len(rest) <= 3 * (math.log2(len(text)) + 2)
+    assert result.original_tokens_estimated  # the input itself is never tokenized
+    assert max(lengths) <= 4 * len(result.preview)  # every count is of a preview-sized text
+    assert len(lengths) <= 3 * (math.log2(len(text)) + 2)
+
+
+# Four kinds of tool output a tokenizer finds easy or hard; "repeated" is its worst case
+# (one character for megabytes: seconds per megabyte, and gigabytes of memory, for tiktoken).
+_WORDS = (
+    "the of and to in is that it for on with as was at by error file line test value return build".split()
+)
+_CJK = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
+
+
+def output_of(kind: str, nbytes: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    if kind == "english":
+        words = rng.choices(_WORDS, k=nbytes // 4)
+        text = "".join(w + ("\n" if i % 14 == 13 else " ") for i, w in enumerate(words))
+    elif kind == "base64":
+        raw = base64.b64encode(rng.randbytes(nbytes * 3 // 4)).decode()
+        text = "\n".join(raw[i : i + 76] for i in range(0, len(raw), 76))
+    elif kind == "cjk":
+        chars = rng.choices(_CJK, k=nbytes // 3)
+        text = "".join(c + ("。\n" if i % 40 == 39 else "") for i, c in enumerate(chars))
+    else:
+        text = "a" * nbytes
+    return text
+
+
+KINDS = ["english", "base64", "cjk", "repeated"]
+CONFIGS = {
+    "engine": {"max_tokens": 2000, "max_bytes": 16_000, "max_lines": 500},  # how the engine sizes its own
+    "tokens-only": {"max_tokens": 2000, "max_bytes": None, "max_lines": None},
+    "lines-only": {"max_tokens": None, "max_bytes": None, "max_lines": 100},  # the counter only reports
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "config"),
+    # (One repeated character is one line: within a line limit, so kept whole.)
+    [(k, c) for k in KINDS for c in CONFIGS if (k, c) != ("repeated", "lines-only")],
+)
+@pytest.mark.parametrize("counter_kind", ["tiktoken", "estimator"])
+def test_the_tokenizer_sees_o_kept_characters_whatever_the_output_size(
+    kind: str, config: str, counter_kind: str
+) -> None:
+    tokenized = []
+    for nbytes in (1 << 15, 1 << 20):
+        counter = (
+            TiktokenCounter("o200k_base", cache_size=0) if counter_kind == "tiktoken" else ScriptEstimator()
+        )
+        t = ObservationTruncator(counter=counter, store=MemoryArtifactStore(), **CONFIGS[config])  # type: ignore[arg-type]
+        text = output_of(kind, nbytes)
+        result = t.truncate(text, tool_name="cat")
+        assert result.truncated
+        chars = counter.stats.chars_tokenized
+        # A constant number of preview-sized counts (the token search and the density samples) plus a
+        # few prefixes of ~4x max_tokens bytes, whether the output is 64 KB or 2 MB.
+        assert chars <= 16 * len(result.preview) + 64 * 2000, (nbytes, chars, len(result.preview))
+        tokenized.append(chars)
+    assert tokenized[-1] <= 1.5 * tokenized[0] + 20_000, tokenized  # not growing with the output
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_estimated_original_tokens_are_close(kind: str) -> None:
+    text = output_of(kind, 1 << 18, seed=3)
+    t = ObservationTruncator(max_tokens=2000, max_bytes=16_000, counter=COUNTER, store=MemoryArtifactStore())
+    result = t.truncate(text)
+    exact = COUNTER.count_text(text)
+    assert result.original_tokens_estimated and result.original_tokens is not None
+    assert abs(result.original_tokens - exact) <= 0.1 * exact
+    assert result.omitted_tokens is not None and result.omitted_tokens <= result.original_tokens
+    assert f"about {result.omitted_tokens:,} tokens" in result.marker
+
+
+@pytest.mark.parametrize("excess", [-1, 0, 1, 40])
+def test_outputs_at_the_token_limit_are_decided_exactly(excess: int) -> None:
+    # 8 bytes of "a" make one o200k token: an output of max_tokens + excess tokens, far more bytes
+    # than tokens, so neither the size bounds nor the first prefixes decide; the count must.
+    limit = 2000
+    text = "a" * (8 * (limit + excess))
+    assert COUNTER.count_text(text) == limit + excess
+    t = ObservationTruncator(max_tokens=limit, max_bytes=None, max_lines=None, counter=COUNTER)
+    result = t.truncate(text)
+    assert result.truncated == (excess > 0)
+    check_result(text, result, t)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=300),
+        st.text(alphabet="ab中文🎉\r é\t\n", max_size=300),
+        st.builds(
+            lambda c, k: c * k, st.sampled_from(["a", " ", "中", "😀", "\t", "0"]), st.integers(0, 3000)
+        ),
+    ),
+    encoding=st.sampled_from(["o200k_base", "cl100k_base"]),
+)
+def test_token_bounds_hold(text: str, encoding: str) -> None:
+    counter = TiktokenCounter(encoding)
+    nbytes = len(text.encode("utf-8", "surrogatepass"))
+    lo, hi = token_bounds(counter, nbytes)
+    assert hi is not None and lo <= counter.count_text(text) <= hi
+    calibrated = CalibratedCounter(counter)
+    calibrated.observe(
+        messages=[Message(role="user", content="hello there " * 50)], reported_prompt_tokens=200
+    )
+    lo, hi = token_bounds(calibrated, nbytes)
+    assert hi is not None and lo <= calibrated.count_text(text) <= hi
+    assert token_bounds(ScriptEstimator(), nbytes) == (0, None)
 
 
 def test_counter_without_a_token_limit_only_reports_tokens() -> None:
@@ -372,7 +491,7 @@ TEXT = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     text=TEXT,
     max_lines=st.one_of(st.none(), st.integers(1, 80)),
@@ -403,7 +522,7 @@ def test_invariants_hold_for_any_text(
     check_result(text, t.truncate(text, tool_name=tool_name), t)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     text=TEXT,
     max_tokens=st.integers(256, 1500),
@@ -468,3 +587,22 @@ def test_truncate_message_leaves_small_results_as_the_same_object() -> None:
 def test_truncate_message_refuses_other_roles() -> None:
     with pytest.raises(InvalidMessageError, match="tool results only"):
         truncate_message(Message(role="user", content="x" * 100_000), ObservationTruncator())
+
+
+def test_engine_ingest_tokenizes_o_kept_characters() -> None:
+    from agentcontext import ContextEngine
+    from agentcontext.messages import ToolCall
+
+    counter = TiktokenCounter("o200k_base", cache_size=0)
+    engine = ContextEngine(window=128_000, reserve=4_000, counter=counter)
+    output = output_of("english", 1 << 22)
+    messages = [
+        Message(role="user", content="cat the log"),
+        Message(role="assistant", content="", tool_calls=(ToolCall(id="c1", name="cat", arguments="{}"),)),
+        Message(role="tool", tool_call_id="c1", name="cat", content=output),
+    ]
+    prepared = engine.prepare(messages)
+    (cut,) = [m for m in prepared.messages if m.role == "tool"]
+    assert len(cut.text) < len(output) // 4
+    # The cut (about 250 KB kept of 4 MB) and the count of the message that replaces it, not the output.
+    assert counter.stats.chars_tokenized <= len(output) // 4

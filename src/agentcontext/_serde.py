@@ -8,7 +8,7 @@ shape before they are decoded, so a new library reads every old file.
 
 Version history:
 
-- **0**: Kimi CLI's context file (seed 003): one kosong message per line, with
+- **0**: Kimi CLI's context file: one kosong message per line, with
   ``{"role": "_usage", "token_count": N}``, ``{"role": "_checkpoint", "id": N}``
   and ``{"role": "_system_prompt", ...}`` lines mixed in; no header, no
   sequence numbers, no message ids.

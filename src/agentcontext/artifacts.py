@@ -289,13 +289,13 @@ class FileArtifactStore:
 
     Layout: ``<directory>/<first 2 hex digits>/<all 64 hex digits>``, so no
     directory grows past 256 entries per level and a file can be opened with any
-    pager. Compared with seed 000's ``tool_{timestamp}_{tool_name}.json``:
+    pager. Compared with naming files ``tool_{timestamp}_{tool_name}.json`` (a common design):
 
     - names are the content's hash, chosen by the library: a tool's name never
       reaches the file system (no ``/`` or ``..`` escape), and two outputs in the
       same microsecond cannot collide;
-    - nothing touches the disk until the first `put` (the seed's constructor ran
-      ``os.makedirs`` for every agent, used or not);
+    - nothing touches the disk until the first `put` (creating the directory in a
+      constructor costs every agent a ``makedirs``, used or not);
     - directories the store creates get mode 0700 and files 0600, set explicitly
       so the umask cannot loosen them (a directory you pass that already exists
       keeps its own mode);

@@ -14,19 +14,24 @@ usage error also subclasses the builtin a Python programmer would expect
     ├── ContextOverflowError                even the essentials cannot fit
     ├── TokenizerError                      a tokenizer file is missing or corrupt
     ├── SummarizerError                     an LLM summarizer failed after its retries
+    │   ├── SummarizerBackoff               not called: it failed recently and is backing off
+    │   └── SummarizerTimeout               no summary within its deadline
     ├── StoreError                          a session store cannot be read or written
     │   ├── SessionNotFoundError            no session where one was expected
     │   ├── StorePathError                  the path cannot hold a session (a directory...)
     │   ├── StorePermissionError            the operating system refused access
     │   ├── SessionLockedError              another writer holds the session
-    │   └── ConcurrencyError                an append lost an optimistic race
+    │   ├── ConcurrencyError                an append lost an optimistic race
+    │   ├── StoreNotInitializedError        a database without agentcontext's tables (run `db init`)
+    │   └── StoreUnavailableError           the database server could not be reached, even after retries
     ├── RecallError (LookupError)           a recall reference names nothing
     └── MissingDependencyError (ImportError) an optional extra is not installed
 
 Warnings (``warnings.warn``, never raised): ``SessionWarning`` (UserWarning),
 with ``CorruptRecordWarning`` (a torn or damaged record was skipped; the rest
 loaded) and ``UnknownRecordWarning`` (a record from a newer version was kept
-and passed over).
+and passed over); ``ConversionWarning`` (UserWarning): a format passed an item
+it does not model through unchanged (kept, but not counted).
 
 Constructors only store their arguments: no logging, no I/O.
 """
@@ -38,6 +43,7 @@ __all__ = [
     "ConcurrencyError",
     "ConfigError",
     "ContextOverflowError",
+    "ConversionWarning",
     "CorruptRecordWarning",
     "InvalidConversationError",
     "InvalidMessageError",
@@ -48,8 +54,12 @@ __all__ = [
     "SessionWarning",
     "StoreError",
     "StorePathError",
+    "StoreNotInitializedError",
     "StorePermissionError",
+    "StoreUnavailableError",
+    "SummarizerBackoff",
     "SummarizerError",
+    "SummarizerTimeout",
     "TokenizerError",
     "UnknownModelError",
     "UnknownRecordWarning",
@@ -149,6 +159,14 @@ class SummarizerError(AgentContextError):
     """A summarizer could not produce a summary (after its retries, for LLM summarizers)."""
 
 
+class SummarizerBackoff(SummarizerError):
+    """The summarizer was not called: it failed recently and the engine skips it for a few calls."""
+
+
+class SummarizerTimeout(SummarizerError):
+    """No summary came back within the deadline (the summarizer's own, or the engine's for one prepare)."""
+
+
 class StoreError(AgentContextError):
     """A session store cannot be opened, read or written."""
 
@@ -173,6 +191,14 @@ class ConcurrencyError(StoreError):
     """An append expected a sequence number that another writer has already used."""
 
 
+class StoreNotInitializedError(StoreError):
+    """The database holds no agentcontext tables (or an older version of them): run ``agentcontext db init``."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database server could not be reached, and retrying with backoff did not help in time."""
+
+
 class RecallError(AgentContextError, LookupError):
     """A recall reference does not name anything in this session's archive."""
 
@@ -194,3 +220,8 @@ class CorruptRecordWarning(SessionWarning):
 
 class UnknownRecordWarning(SessionWarning):
     """A record of a type this version does not know (from a newer version) was kept and passed over."""
+
+
+class ConversionWarning(UserWarning):
+    """A format kept an item as it is rather than convert it: one it does not model (kept for the way back,
+    perhaps not counted), or one the provider may reject (an unknown type, a dangling reasoning item)."""

@@ -22,6 +22,12 @@ The rules, each a `Rule` name on the `Violation` that reports it:
 - ``system_not_first``: a system message after a non-system one. OpenAI accepts
   it, Anthropic's Messages API cannot carry it, so it is only checked when asked
   (``system_first_only=True``; the Anthropic format does).
+- ``dangling_reasoning``: a message made from OpenAI Responses API items
+  (`agentcontext.formats.responses`) ends with a ``reasoning`` item: the item
+  the reasoning belongs to is missing, and the API rejects the request
+  ("Item 'rs_...' of type 'reasoning' was provided without its required
+  following item"). Calls and their outputs of that API are checked by the
+  tool-pairing rules above, which apply to its messages as to any other.
 
 >>> from agentcontext.messages import Message, ToolCall
 >>> msgs = [Message(role="user", content="list files"),
@@ -40,7 +46,10 @@ from typing import Literal, TypeAlias
 from .exceptions import InvalidConversationError, InvalidMessageError
 from .messages import Message
 
-__all__ = ["ConversationChecker", "Rule", "Violation", "check_messages", "ensure_valid"]
+__all__ = ["LAYOUT_KEY", "ConversationChecker", "Rule", "Violation", "check_messages", "ensure_valid"]
+
+LAYOUT_KEY = "responses"
+"""The `Message.metadata` key where `agentcontext.formats.responses` keeps the items a message came from."""
 
 Rule: TypeAlias = Literal[
     "unanswered_tool_call",
@@ -50,6 +59,7 @@ Rule: TypeAlias = Literal[
     "first_not_user",
     "empty_content",
     "system_not_first",
+    "dangling_reasoning",
 ]
 """The name of a broken rule.
 
@@ -234,6 +244,10 @@ class ConversationChecker:
         empty = _empty_content(message, index)
         if empty is not None:
             found.append(empty)
+        if LAYOUT_KEY in message.metadata:
+            dangling = _dangling_reasoning(message, index)
+            if dangling is not None:
+                found.append(dangling)
         return found
 
     def finish(self) -> list[Violation]:
@@ -372,6 +386,23 @@ def _empty_content(message: Message, index: int) -> Violation | None:
     return Violation(index=index, rule="empty_content", message=what, fix=fix)
 
 
+def _dangling_reasoning(message: Message, index: int) -> Violation | None:
+    layout = message.metadata[LAYOUT_KEY]
+    if not isinstance(layout, Mapping) or layout.get("id") != message.id:
+        return None  # changed since conversion: the format writes it without its reasoning
+    items = layout.get("items")
+    last = items[-1] if isinstance(items, list) and items else None
+    if not (isinstance(last, Mapping) and last.get("as") == "reasoning"):
+        return None
+    return Violation(
+        index=index,
+        rule="dangling_reasoning",
+        message="a Responses API reasoning item is not followed by the item it belongs to",
+        fix="append the rest of the model's response after it, or drop the reasoning item "
+        "(the engine's repair drops it)",
+    )
+
+
 def check_messages(messages: Iterable[Message], *, system_first_only: bool = False) -> list[Violation]:
     """Every rule ``messages`` break, sorted by message index; ``[]`` when valid.
 
@@ -401,6 +432,7 @@ def ensure_valid(
     messages: Iterable[Message],
     *,
     system_first_only: bool = False,
+    ignore: Iterable[Rule] = (),
     target: str = "providers",
     hint: str = "",
 ) -> None:
@@ -412,6 +444,8 @@ def ensure_valid(
     Args:
         messages: the conversation, in canonical form.
         system_first_only: as for `check_messages`.
+        ignore: rules the target does not enforce (the Responses API accepts a
+            conversation that starts with an assistant message).
         target: who would reject the conversation, for the error message.
         hint: a sentence appended to the error message (the formats mention ``validate=False``).
 
@@ -419,7 +453,8 @@ def ensure_valid(
         InvalidConversationError: the conversation breaks at least one rule.
         InvalidMessageError: an element is not a `Message`.
     """
-    found = check_messages(messages, system_first_only=system_first_only)
+    skip = frozenset(ignore)
+    found = [v for v in check_messages(messages, system_first_only=system_first_only) if v.rule not in skip]
     if not found:
         return
     shown = "; ".join(str(v) for v in found[:3])

@@ -432,21 +432,30 @@ class MessageView(Sequence[Message]):
     """A read-only snapshot of a list of messages, shared without copying.
 
     The engine and the session only ever append to their lists between
-    compactions, so a view (the list, a length, and a short tail of its own)
-    stays valid while later calls extend the list: taking one is O(1), and so
-    is a checkpoint. Slicing returns only the requested items (the engine
+    compactions, so a view (the list, a range of it, and a short tail of its
+    own) stays valid while later calls extend the list: taking one is O(1), and
+    so is a checkpoint. Slicing returns only the requested items (the engine
     slices off what is new every step).
+
+    Args:
+        items: the shared list.
+        length: the view covers ``items[start:length]``...
+        tail: ...followed by these messages (the engine's stub results).
+        start: the first index of ``items`` in the view (default 0).
     """
 
-    __slots__ = ("_items", "_len", "_tail")
+    __slots__ = ("_items", "_len", "_start", "_tail")
 
-    def __init__(self, items: list[Message], length: int, tail: tuple[Message, ...] = ()) -> None:
+    def __init__(
+        self, items: list[Message], length: int, tail: tuple[Message, ...] = (), *, start: int = 0
+    ) -> None:
         self._items = items
         self._len = length
         self._tail = tail
+        self._start = min(start, length)
 
     def __len__(self) -> int:
-        return self._len + len(self._tail)
+        return self._len - self._start + len(self._tail)
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -463,11 +472,12 @@ class MessageView(Sequence[Message]):
         return self._at(index)
 
     def _at(self, i: int) -> Message:
-        return self._items[i] if i < self._len else self._tail[i - self._len]
+        j = i + self._start
+        return self._items[j] if j < self._len else self._tail[j - self._len]
 
     def __iter__(self) -> Iterator[Message]:
         items = self._items
-        for i in range(self._len):
+        for i in range(self._start, self._len):
             yield items[i]
         yield from self._tail
 

@@ -12,8 +12,10 @@ Repairs, each reported as a ``"repaired"`` action:
   the call's other results (before the next user or assistant message);
 * a tool result that answers no earlier call, or answers one a second time, is
   taken out of the prompt (it stays in the input and the session log);
-* a call id used before is renamed (``id`` -> ``id~2``), and so is the result
-  that answers it, so every id is unique and still pairs up;
+* a call id used before (in an earlier message, or twice in one) is renamed
+  (``id`` -> ``id_2``, with only the characters every provider accepts in ids),
+  and results are matched to calls of that id in order, so every id is unique
+  and each result stays with the call it answered;
 * a conversation whose first non-system message is not from the user gets a
   short user message in front;
 * a user, system or assistant message with no content gets a visible marker,
@@ -22,14 +24,18 @@ Repairs, each reported as a ``"repaired"`` action:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .compaction import Action, MessageKind, marker
 from .exceptions import InvalidConversationError
 from .messages import Message, ToolCall, derive_id
-from .strategies._base import Action
 
 __all__ = ["RepairState", "repair_messages", "stub_result"]
+
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+"""Characters some provider refuses in a tool call id (Anthropic accepts ``^[A-Za-z0-9_-]+$``)."""
 
 STUB_TEXT = "[agentcontext: no result was recorded for this tool call]"
 EMPTY_TEXT = "[agentcontext: this message was empty]"
@@ -43,7 +49,7 @@ def stub_result(call_id: str, tool: str, *, anchor: str) -> Message:
         tool_call_id=call_id,
         content=STUB_TEXT,
         id=derive_id(anchor, "stub:" + call_id),
-        metadata={"agentcontext": {"kind": "stub_result", "tool": tool}},
+        metadata={"agentcontext": marker(MessageKind.STUB_RESULT, tool=tool)},
     )
 
 
@@ -57,8 +63,9 @@ class RepairState:
     """Calls answered in the current tool-result block."""
     seen_calls: dict[str, int] = field(default_factory=dict)
     """How often each original call id has been issued."""
-    renames: dict[str, str] = field(default_factory=dict)
-    """Original id -> renamed id, for the current tool-result block."""
+    renames: dict[str, list[str]] = field(default_factory=dict)
+    """Original id -> the ids (after renaming) of this block's calls issued under it and not yet answered,
+    in issue order: the n-th result carrying the id answers the n-th call."""
     has_user: bool = False
     last_id: str | None = None
     """The id of the last message passed through (anchors stub ids)."""
@@ -69,7 +76,7 @@ class RepairState:
             pending=dict(self.pending),
             answered=set(self.answered),
             seen_calls=dict(self.seen_calls),
-            renames=dict(self.renames),
+            renames={k: list(v) for k, v in self.renames.items()},
             has_user=self.has_user,
             last_id=self.last_id,
         )
@@ -113,7 +120,7 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
             role="user",
             content=START_TEXT,
             id=derive_id(m.id, "opener"),
-            metadata={"agentcontext": {"kind": "opener"}},
+            metadata={"agentcontext": marker(MessageKind.OPENER)},
         )
         out.append(opener)
         state.has_user = True
@@ -131,7 +138,8 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
 
     if m.role == "tool":
         assert m.tool_call_id is not None
-        cid = state.renames.get(m.tool_call_id, m.tool_call_id)
+        queue = state.renames.get(m.tool_call_id)
+        cid = queue.pop(0) if queue else m.tool_call_id
         if cid in state.pending:
             state.pending.pop(cid)
             state.answered.add(cid)
@@ -170,18 +178,20 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
         calls: list[ToolCall] = []
         renamed: list[str] = []
         for call in m.tool_calls:
-            seen = state.seen_calls.get(call.id, 0)
-            state.seen_calls[call.id] = seen + 1
-            cid = call.id
+            original = call.id
+            seen = state.seen_calls.get(original, 0)
+            state.seen_calls[original] = seen + 1
+            cid = original
             if seen:
-                cid = f"{call.id}~{seen + 1}"
+                base = _UNSAFE_ID.sub("_", original)
+                cid = f"{base}_{seen + 1}"
                 while cid in state.seen_calls:
                     seen += 1
-                    cid = f"{call.id}~{seen + 1}"
+                    cid = f"{base}_{seen + 1}"
                 state.seen_calls[cid] = 1
-                state.renames[call.id] = cid
-                renamed.append(f"{call.id!r} -> {cid!r}")
+                renamed.append(f"{original!r} -> {cid!r}")
                 call = ToolCall(id=cid, name=call.name, arguments=call.arguments)
+            state.renames.setdefault(original, []).append(cid)
             calls.append(call)
             state.pending[cid] = call.name
         if renamed:
@@ -192,7 +202,8 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
                     strategy="repair",
                     message_ids=(m.id,),
                     replacement_ids=(new_m.id,),
-                    reason="repeated tool call ids renamed: " + ", ".join(renamed),
+                    reason="repeated tool call ids renamed (their results are matched in order): "
+                    + ", ".join(renamed),
                 )
             )
     if new_m.is_empty():

@@ -19,10 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .artifacts import MemoryArtifactStore
+from .compaction import SummaryRequest
 from .exceptions import SummarizerError
 from .messages import Message, ToolCall, iter_text
 from .session.stores import MemoryStore
-from .strategies._base import SummaryRequest
 
 __all__ = ["MemoryArtifactStore", "MemoryStore", "ScriptedSummarizer", "WordCounter", "make_conversation"]
 

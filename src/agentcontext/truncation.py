@@ -100,6 +100,9 @@ class TruncationResult:
     original_lines: int
     original_bytes: int
     original_tokens: int | None
+    """The input's tokens: exact when the input was tokenized whole (it fit, or was small enough to
+    count cheaply), else an estimate (``original_tokens_estimated``): a cut input is never tokenized
+    whole, since its worst case (one character repeated for megabytes) costs seconds per megabyte."""
     kept_lines: int
     kept_bytes: int
     kept_tokens: int | None
@@ -108,7 +111,10 @@ class TruncationResult:
     omitted_bytes: int
     """UTF-8 bytes of the input the preview does not show."""
     omitted_tokens: int | None
-    """An estimate: the input's tokens minus those of the kept head and tail (tokenization is not additive)."""
+    """An estimate: the omitted bytes times the input's tokens per byte (measured on the whole input when it
+    was counted, else on evenly spaced samples of it)."""
+    original_tokens_estimated: bool = False
+    """True when ``original_tokens`` is an estimate rather than a count."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,13 +141,16 @@ class ObservationTruncator:
             tokens of English or code, more for CJK.
         max_tokens: most tokens in the preview by ``counter.count_text`` (the
             text alone: the message's framing overhead is the engine's to add);
-            None (default) for no token limit. Costs one tokenization of the
-            input plus O(log n) of preview-sized candidates when the token limit
-            is what binds; the search stops within ~1.5% of the best cut, so the
-            preview may come in slightly under the limit.
+            None (default) for no token limit. The input is never tokenized
+            whole unless it is kept whole: bounds from its size decide first
+            (a BPE tokenizer makes at most one token per byte, at least one per
+            its longest token), then growing prefixes, and the cut is searched
+            among preview-sized candidates, so the tokenizer sees O(preview)
+            characters whatever the input's size. The search stops within
+            ~1.5% of the best cut, so the preview may come in slightly under the limit.
         counter: the `TokenCounter` for ``max_tokens``; when given without
-            ``max_tokens`` it only fills the results' token fields (one full
-            tokenization per call).
+            ``max_tokens`` it only fills the results' token fields (the preview
+            counted, the input's tokens estimated from samples when it was cut).
         direction: ``"head_tail"`` (default) keeps both ends; ``"head"`` the start
             (listings, file reads); ``"tail"`` the end (logs where only the
             latest lines matter).
@@ -222,15 +231,19 @@ class ObservationTruncator:
         """
         data = _encode(text)
         n = len(data)
-        original_lines = _line_count(data)
-        original_tokens = self.counter.count_text(text) if self.counter is not None else None
+        newlines = data.count(b"\n")
+        original_lines = newlines + (1 if data and data[-1] != _NL else 0)
+        over = (self.max_lines is not None and original_lines > self.max_lines) or (
+            self.max_bytes is not None and n > self.max_bytes
+        )
+        tokens: int | None = None  # the input's exact count, when it was cheap to get
+        at_least = 0  # tokens the input has at least, when it was not counted
+        if not over and self.counter is not None:
+            tokens, at_least = _count_within(self.counter, text, data, self.max_tokens)
         if (
-            (self.max_lines is None or original_lines <= self.max_lines)
-            and (self.max_bytes is None or n <= self.max_bytes)
-            and (
-                self.max_tokens is None
-                or (original_tokens is not None and original_tokens <= self.max_tokens)
-            )
+            not over
+            and (tokens is None or self.max_tokens is None or tokens <= self.max_tokens)
+            and not at_least
         ):
             return TruncationResult(
                 truncated=False,
@@ -242,17 +255,18 @@ class ObservationTruncator:
                 tail_chars=0,
                 original_lines=original_lines,
                 original_bytes=n,
-                original_tokens=original_tokens,
+                original_tokens=tokens,
                 kept_lines=original_lines,
                 kept_bytes=n,
-                kept_tokens=original_tokens,
+                kept_tokens=tokens,
                 omitted_lines=0,
                 omitted_bytes=0,
-                omitted_tokens=0 if original_tokens is not None else None,
+                omitted_tokens=0 if tokens is not None else None,
             )
 
         ref = self.store.put(text) if self.store is not None else None
-        plan = _Plan(self, data, original_lines, original_tokens, ref, _clean_tool_name(tool_name))
+        plan = _Plan(self, data, newlines, original_lines, ref, _clean_tool_name(tool_name))
+        plan.tokens, plan.at_least = tokens, at_least
         return plan.run()
 
 
@@ -267,9 +281,9 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
     object.
 
     The new message (new id, via `Message.evolve`) records what happened in
-    ``metadata["truncated"]``: ``ref`` (the string form, or None), ``direction``
-    and the ``original_*``, ``kept_*`` and ``omitted_*`` sizes; other metadata is
-    kept. Truncating an already truncated message again records only the latest
+    ``metadata["truncated"]``: ``ref`` (the string form, or None), ``direction``,
+    the ``original_*``, ``kept_*`` and ``omitted_*`` sizes and
+    ``original_tokens_estimated``; other metadata is kept. Truncating an already truncated message again records only the latest
     cut.
 
     Args:
@@ -310,6 +324,7 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
         "omitted_lines": result.omitted_lines,
         "omitted_bytes": result.omitted_bytes,
         "omitted_tokens": result.omitted_tokens,
+        "original_tokens_estimated": result.original_tokens_estimated,
     }
     metadata: dict[str, JSONValue] = {**message.metadata, "truncated": record}
     return message.evolve(content=content, metadata=metadata), result
@@ -331,66 +346,116 @@ class _Plan:
         self,
         config: ObservationTruncator,
         data: bytes,
+        newlines: int,
         original_lines: int,
-        original_tokens: int | None,
         ref: ArtifactRef | None,
         tool_name: str | None,
     ) -> None:
         self.config = config
         self.data = data
+        self.newlines = newlines
         self.original_lines = original_lines
-        self.original_tokens = original_tokens
         self.ref = ref
         self.tool_name = tool_name
+        self.tokens: int | None = None
+        """The input's exact token count, when it was cheap to get."""
+        self.at_least = 0
+        """Tokens the input has at least (from its size, or a counted prefix)."""
+        self.density = 0.0
+        """The input's tokens per byte, measured (`measure`)."""
 
     def run(self) -> TruncationResult:
         cfg = self.config
         n = len(self.data)
         # Budget the marker at its largest possible size: the omitted amounts can
-        # only be smaller than the input's, so the real marker is never longer.
-        worst = self.marker(self.original_lines, n, self.original_tokens)
+        # only be smaller than the input's, and the token estimate is at most
+        # _MAX_DENSITY tokens per byte, so the real marker is never longer.
+        worst_tokens = None if cfg.counter is None else self.tokens or math.ceil(n * _MAX_DENSITY)
+        worst = self.marker(self.original_lines, n, worst_tokens)
         marker_bytes = len(worst.encode("utf-8")) + 2  # plus the line breaks around it
         byte_budget = n - 1  # something is always omitted, so head and tail never meet
         if cfg.max_bytes is not None:
             byte_budget = min(byte_budget, cfg.max_bytes - marker_bytes)
         line_budget = cfg.max_lines - 1 if cfg.max_lines is not None else self.original_lines
-        if cfg.max_tokens is None or self.original_tokens is None:
-            return self.result(*self.cut(byte_budget, line_budget))
+        first_cut = self.cut(byte_budget, line_budget)
+        if cfg.counter is None:
+            return self.result(*first_cut)
+        # Tokens per byte, from samples about the preview's size (or from the whole input when that
+        # is no larger): what the marker's estimate and the token search's first guess need.
+        kept = first_cut[0] + n - first_cut[1]
+        if cfg.max_tokens is not None:
+            kept = min(kept, 4 * cfg.max_tokens)
+        self.measure(max(kept, _MIN_SAMPLE))
+        if cfg.max_tokens is None:
+            return self.result(*first_cut)
 
         # Token limit: search the byte budget, tokenizing only preview-sized
-        # candidates (O(log n) counts), never the whole input again. The first
-        # candidate is capped at 1.5x the input's average bytes per token times
-        # max_tokens, so even with no byte limit it is about preview-sized; the
-        # price is that text much denser in tokens at its ends than on average
-        # gets a preview somewhat under the token budget.
-        per_token = n / max(self.original_tokens, 1)
-        byte_budget = min(byte_budget, math.ceil(cfg.max_tokens * per_token * 1.5))
-        first = self.result(*self.cut(byte_budget, line_budget))
-        if self.fits(first):
-            return first
-        assert first.kept_tokens is not None
-        lo, hi = 0, byte_budget - 1
-        candidate: TruncationResult | None = None
-        # A proportional guess usually lands just under the limit, leaving a short search above it.
-        guess = int(byte_budget * cfg.max_tokens / max(first.kept_tokens, 1) * 0.95)
-        probes = [guess] if 0 < guess < hi else []
-        # Stop within ~1.5% of the best budget: closer is not worth more tokenizations.
-        while probes or hi - lo > max(16, hi // 64):
-            mid = probes.pop() if probes else (lo + hi + 1) // 2
-            trial = self.result(*self.cut(mid, line_budget))
-            if self.fits(trial):
-                lo, candidate = mid, trial
+        # candidates, never the whole input. Tokens grow about in proportion to
+        # bytes, so each next budget is the last one scaled by how far its preview
+        # is from the limit (a secant step), falling back to bisection when that
+        # leaves the bracket; the first is the budget the measured density
+        # predicts. Two or three counts usually land within 1/64 of the limit,
+        # where the search stops: closer is not worth another tokenization.
+        limit = cfg.max_tokens
+        close = limit - max(1, limit // 64)
+        budget = min(byte_budget, max(1, math.floor(limit / self.density * 0.98)))
+        best: TruncationResult | None = None
+        fit, miss = -1, byte_budget + 1  # largest budget known to fit, smallest known not to
+        for _ in range(_MAX_PROBES):
+            trial = self.result(*self.cut(budget, line_budget))
+            tokens = trial.kept_tokens
+            assert tokens is not None
+            if tokens <= limit:
+                fit, best = budget, trial
+                if budget >= byte_budget or tokens >= close:
+                    break
             else:
-                hi = mid - 1
-        if candidate is None:
-            candidate = self.result(*self.cut(lo, line_budget))
-            if not self.fits(candidate):
-                counter_name = cfg.counter.name if cfg.counter is not None else "the counter"
+                miss = budget
+            if miss - max(fit, 0) <= max(16, miss // 64):
+                break
+            step = int(budget * limit / max(tokens, 1) * (0.99 if tokens <= limit else 0.97))
+            budget = step if fit < step < miss else (max(fit, 0) + miss) // 2
+        if best is None:
+            best = self.result(*self.cut(0, line_budget))
+            if not self.fits(best):
                 raise ConfigError(
-                    f"max_tokens={cfg.max_tokens:,} is too small for this output: the preview still costs "
-                    f"{candidate.kept_tokens:,} tokens by {counter_name} with only the marker left; raise max_tokens"
+                    f"max_tokens={limit:,} is too small for this output: the preview still costs "
+                    f"{best.kept_tokens:,} tokens by {cfg.counter.name} with only the marker left; raise max_tokens"
                 )
-        return candidate
+        return best
+
+    def measure(self, budget: int) -> None:
+        """Set `density` from the exact count, the whole input (when within ``budget`` bytes), or samples.
+
+        The samples are ``_SAMPLES`` windows spread evenly over the input,
+        ``budget`` bytes in all, so their cost is the preview's, not the input's.
+        """
+        data, n = self.data, len(self.data)
+        if self.tokens is None and n <= budget:
+            self.tokens = self.count(data.decode("utf-8"))
+        if self.tokens is not None:
+            self.density = self.tokens / n
+        else:
+            width = max(budget // _SAMPLES, 64)
+            tokens = nbytes = 0
+            for i in range(_SAMPLES):
+                start = _char_start(data, i * (n - width) // (_SAMPLES - 1))
+                end = _char_start(data, min(n, start + width))
+                if end > start:
+                    tokens += self.count(data[start:end].decode("utf-8"))
+                    nbytes += end - start
+            self.density = tokens / max(nbytes, 1)
+        # Bounded both ways: the marker's size is budgeted with the upper bound, and the
+        # token search divides by it.
+        self.density = min(max(self.density, _MIN_DENSITY), _MAX_DENSITY)
+
+    def original_tokens(self) -> int:
+        """The input's tokens: the count when there is one, else the estimate within the counter's bounds."""
+        if self.tokens is not None:
+            return self.tokens
+        lo, hi = token_bounds(self.config.counter, len(self.data))
+        estimate = max(round(self.density * len(self.data)), lo, self.at_least, 1)
+        return min(estimate, hi) if hi is not None and hi >= max(lo, self.at_least) else estimate
 
     def fits(self, result: TruncationResult) -> bool:
         limit = self.config.max_tokens
@@ -443,14 +508,15 @@ class _Plan:
         head, tail = head_b.decode("utf-8"), tail_b.decode("utf-8")
         head_lines, tail_lines = _line_count(head_b), _line_count(tail_b)
         # A line cut on both sides (the middle of one long line) is one kept line, not two.
-        same_line = (
-            bool(head_b) and bool(tail_b) and head_b[-1] != _NL and data.find(b"\n", head_end, tail_start) < 0
-        )
+        # (Line breaks in the omitted middle are counted by difference: it is never scanned.)
+        middle_breaks = self.newlines - head_b.count(b"\n") - tail_b.count(b"\n")
+        same_line = bool(head_b) and bool(tail_b) and head_b[-1] != _NL and middle_breaks == 0
         omitted_lines = self.original_lines - head_lines - tail_lines + (1 if same_line else 0)
+        original_tokens: int | None = None
         omitted_tokens: int | None = None
-        if self.original_tokens is not None:
-            kept = (self.count(head) if head else 0) + (self.count(tail) if tail else 0)
-            omitted_tokens = max(0, self.original_tokens - kept)
+        if self.config.counter is not None:
+            original_tokens = self.original_tokens()
+            omitted_tokens = min(round(self.density * (tail_start - head_end)), original_tokens)
         marker = self.marker(omitted_lines, n - head_end - (n - tail_start), omitted_tokens)
         # The marker sits on a line of its own: break before it unless the head ends
         # a line, and after it when a tail follows. So the preview has exactly
@@ -469,13 +535,14 @@ class _Plan:
             tail_chars=len(tail),
             original_lines=self.original_lines,
             original_bytes=n,
-            original_tokens=self.original_tokens,
+            original_tokens=original_tokens,
             kept_lines=head_lines + tail_lines + 1,
             kept_bytes=preview_bytes,
             kept_tokens=self.count(preview) if self.config.counter is not None else None,
             omitted_lines=omitted_lines,
             omitted_bytes=tail_start - head_end,
             omitted_tokens=omitted_tokens,
+            original_tokens_estimated=original_tokens is not None and self.tokens is None,
         )
 
 
@@ -530,6 +597,83 @@ def _tail_start(data: bytes, limit: int, lines: int, nbytes: int) -> int:
         elif data[start - 1] == _CR and data[start] == _NL:
             start += 1  # keep "\r\n" whole
     return start
+
+
+# ----------------------------------------------------------------------------- counting what is kept
+
+_SAMPLES = 8
+"""Windows the token density of a cut input is sampled from."""
+_MAX_PROBES = 24
+"""Preview candidates the token search counts at most (it usually needs two or three)."""
+_MIN_SAMPLE = 4096
+"""Bytes sampled at least (a preview may be tiny; the estimate still needs a few hundred tokens)."""
+_MIN_DENSITY = 1e-4
+_MAX_DENSITY = 8.0
+"""Tokens per byte the estimate stays within (no tokenizer makes more than one token per byte;
+the margin is for counters that overcount on purpose)."""
+_LONGEST_TOKEN: dict[str, int] = {}
+
+
+def token_bounds(counter: TokenCounter | None, nbytes: int) -> tuple[int, int | None]:
+    """Bounds ``(at least, at most or None)`` on the tokens of any text of ``nbytes`` UTF-8 bytes.
+
+    A byte-level BPE tokenizer (tiktoken's encodings) splits the bytes into
+    tokens of 1 to ``L`` bytes each, ``L`` its longest token (128 for
+    ``o200k_base`` and ``cl100k_base``), so ``ceil(nbytes / L) <= tokens <= nbytes``;
+    a `CalibratedCounter` scales its inner counter's bounds by its correction.
+    Other counters get ``(0, None)``: no bound, and the truncator counts growing
+    prefixes instead.
+    """
+    from .tokens._calibrate import CalibratedCounter
+    from .tokens._tiktoken import TiktokenCounter
+
+    if isinstance(counter, CalibratedCounter):
+        lo, hi = token_bounds(counter.inner, nbytes)
+        c = counter.correction
+        return math.ceil(lo * c - 1e-9), None if hi is None else math.ceil(hi * c - 1e-9)
+    if isinstance(counter, TiktokenCounter):
+        longest = _LONGEST_TOKEN.get(counter.name)
+        if longest is None:
+            longest = _LONGEST_TOKEN[counter.name] = max(map(len, counter.encoding.token_byte_values()))
+        return -(-nbytes // longest), nbytes
+    return 0, None
+
+
+def _count_within(counter: TokenCounter, text: str, data: bytes, limit: int | None) -> tuple[int | None, int]:
+    """``(tokens, 0)`` when ``text`` has at most ``limit`` tokens (or there is no limit), else ``(None, at_least)``.
+
+    Over the limit, ``text`` is never tokenized whole: its size bounds decide
+    when they can (`token_bounds`), else prefixes of 4x ``limit`` bytes and
+    doubling are counted until one is clearly over the limit (by a margin for
+    the token a cut splits). What is tokenized is then O(``limit`` tokens' worth
+    of text), whatever the size of ``text``.
+    """
+    if limit is None:
+        return counter.count_text(text), 0
+    n = len(data)
+    lo, hi = token_bounds(counter, n)
+    if lo > limit:
+        return None, lo
+    if hi is not None and hi <= limit:
+        return counter.count_text(text), 0
+    margin = max(16, limit // 64)
+    size = max(_MIN_SAMPLE, 4 * limit)
+    while size < n:
+        end = _char_start(data, size)
+        snap = data.rfind(b"\n", end - end // 10, end)  # a line break cuts no token
+        prefix = data[: snap + 1 if snap > 0 else end].decode("utf-8")
+        tokens = counter.count_text(prefix)
+        if tokens > limit + margin:
+            return None, max(lo, tokens - margin)
+        size *= 2
+    return counter.count_text(text), 0
+
+
+def _char_start(data: bytes, i: int) -> int:
+    """The largest character boundary at or before ``i``."""
+    while 0 < i < len(data) and data[i] & 0xC0 == 0x80:
+        i -= 1
+    return i
 
 
 def _check_limit(name: str, value: object, *, minimum: int) -> None:

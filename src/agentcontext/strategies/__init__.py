@@ -4,12 +4,9 @@
 >>> pipeline = Tiered(tiers=(MaskObservations(keep_recent=3), TokenBudget()))
 """
 
-from ._base import (
-    Action as Action,
-)
-from ._base import (
-    ActionKind as ActionKind,
-)
+from ..compaction import Action as Action
+from ..compaction import ActionKind as ActionKind
+from ..compaction import SummaryRequest as SummaryRequest
 from ._base import (
     CompactionContext as CompactionContext,
 )
@@ -24,9 +21,6 @@ from ._base import (
 )
 from ._base import (
     Strategy as Strategy,
-)
-from ._base import (
-    SummaryRequest as SummaryRequest,
 )
 from .hard_truncate import HardTruncate as HardTruncate
 from .observation_masking import MaskObservations as MaskObservations

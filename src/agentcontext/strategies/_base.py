@@ -10,83 +10,26 @@ so the engine's sync and async drivers do all I/O and the strategies stay pure.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
+from ..compaction import Action, MessageKind, SummaryRequest, is_user_request, kind_of, marker
 from ..messages import JSONValue, Message, safe_split_points
 from ..tokens._base import TokenCounter
 
 __all__ = [
-    "Action",
-    "ActionKind",
     "CompactionContext",
     "CompactionFlow",
     "CompactionResult",
     "PureStrategy",
     "Strategy",
-    "SummaryRequest",
     "elision_note",
     "essential_indices",
+    "is_summary",
     "plan_at",
     "plan_suffix",
 ]
-
-ActionKind: TypeAlias = Literal[
-    "truncated",  # a tool output was cut at ingest; the full text went to the artifact store
-    "masked",  # an old tool result was replaced by a placeholder
-    "arguments_shortened",  # an old tool call's long argument strings were shortened
-    "shortened",  # a message's text was cut (hard truncation)
-    "dropped",  # messages were removed from the context
-    "summarized",  # messages were replaced by a summary
-    "repaired",  # the input broke a provider rule and was fixed (stub result, renamed id...)
-    "fallback",  # a strategy could not do its job and the next one took over
-]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Action:
-    """One thing a strategy (or the engine's ingest step) did to the messages.
-
-    Every message removed, replaced or shortened appears in exactly one action's
-    ``message_ids``, so a report accounts for everything that changed.
-    """
-
-    kind: ActionKind
-    """What was done."""
-    strategy: str
-    """Who did it (``"mask_observations"``, ``"token_budget"``, ``"ingest"``, ``"repair"``...)."""
-    message_ids: tuple[str, ...]
-    """Ids of the original messages affected (removed, replaced or shortened)."""
-    replacement_ids: tuple[str, ...] = ()
-    """Ids of the messages that now stand in their place (placeholders, summaries, shortened copies)."""
-    tokens_before: int = 0
-    """Tokens of the affected messages before the action."""
-    tokens_after: int = 0
-    """Tokens of their replacements after it (0 when dropped)."""
-    reason: str = ""
-    """Why, in words a person can read."""
-    refs: tuple[str, ...] = ()
-    """Recall references for what was removed (artifact refs, message refs)."""
-
-    @property
-    def tokens_saved(self) -> int:
-        """``tokens_before - tokens_after``."""
-        return self.tokens_before - self.tokens_after
-
-    def to_dict(self) -> dict[str, JSONValue]:
-        """A JSON-ready dict of this action."""
-        return {
-            "kind": self.kind,
-            "strategy": self.strategy,
-            "message_ids": list(self.message_ids),
-            "replacement_ids": list(self.replacement_ids),
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-            "tokens_saved": self.tokens_saved,
-            "reason": self.reason,
-            "refs": list(self.refs),
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,27 +47,6 @@ class CompactionResult:
     def changed(self) -> bool:
         """True when the strategy changed anything."""
         return bool(self.actions)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SummaryRequest:
-    """What a summarize step asks its driver for: a summary of ``messages``.
-
-    The engine's drivers hand this to the configured `Summarizer` (sync or
-    async) and send the text back into the strategy, or throw the summarizer's
-    exception into it so the strategy can fall back.
-    """
-
-    messages: tuple[Message, ...]
-    """The messages to summarize (tool calls and results included)."""
-    previous_summary: str | None = None
-    """The summary these messages follow, for incremental summaries."""
-    current_request: str | None = None
-    """The latest user request, so the summary keeps what it needs."""
-    instructions: str | None = None
-    """Extra instructions (e.g. identifiers the previous attempt missed)."""
-    max_tokens: int | None = None
-    """The longest summary that still helps."""
 
 
 CompactionFlow: TypeAlias = Generator[SummaryRequest, str, CompactionResult]
@@ -148,14 +70,32 @@ class CompactionContext:
     """The model's context window (for error messages)."""
     reserve: int = 0
     """Tokens reserved for the reply (for error messages)."""
+    recallable: bool = False
+    """True when the caller keeps the originals and gives the model a way to read them back (a `Session`
+    and its recall tool): notes then say how to recall what they replace. Otherwise they never promise it."""
+    fill: bool = False
+    """A one-shot fit: strategies keep as much as the target holds (the target is near the budget),
+    rather than leaving headroom for the next steps of a running agent."""
+    offline_summaries: bool = False
+    """True when the engine's summarizer makes no model call (the offline extractive one): a summary then
+    reads the whole part it covers in one request, with no chunking (bounded by
+    `Summarize.max_offline_input_tokens`)."""
+
+    known: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    """Token counts of this call's messages by id, filled by the engine and as strategies count: every
+    message is counted once per call, whatever the counter's own cache holds (a history larger than
+    that cache would otherwise be tokenized again at every pass)."""
 
     def count(self, message: Message) -> int:
         """Tokens of one message."""
-        return self.counter.count_message(message)
+        n = self.known.get(message.id)
+        if n is None:
+            n = self.known[message.id] = self.counter.count_message(message)
+        return n
 
     def total(self, messages: Iterable[Message]) -> int:
         """Prompt tokens of ``messages``, reply priming included."""
-        return sum(self.counter.count_message(m) for m in messages) + self.reply_overhead
+        return sum(self.count(m) for m in messages) + self.reply_overhead
 
 
 @runtime_checkable
@@ -208,6 +148,14 @@ def essential_indices(messages: Sequence[Message]) -> tuple[list[int], int | Non
     return head, latest_user
 
 
+def is_summary(message: Message) -> bool:
+    """True for a summary message agentcontext wrote (a chunk's partial summary is not one)."""
+    if kind_of(message) is not MessageKind.SUMMARY:
+        return False
+    meta = message.metadata["agentcontext"]
+    return not (isinstance(meta, Mapping) and meta.get("partial"))
+
+
 def latest_summary_group(messages: Sequence[Message]) -> list[int]:
     """Indices of the latest summary, its acknowledgement and the user's verbatim ledger after it.
 
@@ -216,13 +164,11 @@ def latest_summary_group(messages: Sequence[Message]) -> list[int]:
     user's instructions, which must survive every compaction.
     """
     for i in range(len(messages) - 1, -1, -1):
-        meta = messages[i].metadata.get("agentcontext")
-        if isinstance(meta, dict) and meta.get("kind") == "summary" and not meta.get("partial"):
+        if is_summary(messages[i]):
             group = [i]
             j = i + 1
             while j < len(messages):
-                follow = messages[j].metadata.get("agentcontext")
-                if not (isinstance(follow, dict) and follow.get("kind") in ("summary_ack", "verbatim")):
+                if kind_of(messages[j]) not in (MessageKind.SUMMARY_ACK, MessageKind.VERBATIM):
                     break
                 group.append(j)
                 j += 1
@@ -230,12 +176,7 @@ def latest_summary_group(messages: Sequence[Message]) -> list[int]:
     return []
 
 
-def is_user_request(message: Message) -> bool:
-    """True for a user message the user wrote (not a note, summary or stub agentcontext added)."""
-    return message.role == "user" and "agentcontext" not in message.metadata
-
-
-def elision_note(removed: Sequence[Message], *, anchor: str | None) -> Message:
+def elision_note(removed: Sequence[Message], *, anchor: str | None, recallable: bool = False) -> Message:
     """A short user-role note standing where ``removed`` messages were, so the model knows they existed.
 
     Peers drop history silently and the model cannot tell (Claude Code #57788);
@@ -244,10 +185,11 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None) -> Message:
     """
     n = len(removed)
     covers: list[JSONValue] = [m.id for m in removed]
-    text = (
-        f"[agentcontext: {n} earlier message{'s' if n != 1 else ''} of this conversation "
+    text = f"[agentcontext: {n} earlier message{'s' if n != 1 else ''} of this conversation " + (
         "were removed here to fit the context window; they are kept in the session log and can be "
         "recalled by id.]"
+        if recallable
+        else "were removed here to fit the context window.]"
     )
     from ..messages import derive_id
 
@@ -257,7 +199,7 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None) -> Message:
         id=derive_id(
             anchor, "elision:" + ",".join(m.id for m in list(removed[:1]) + list(removed[-1:])) + f":{n}"
         ),
-        metadata={"agentcontext": {"kind": "elision", "covers": covers}},
+        metadata={"agentcontext": marker(MessageKind.ELISION, covers=covers)},
     )
 
 
@@ -285,9 +227,11 @@ def plan_suffix(
     Kept: the leading system messages, the first user message (the goal, when
     ``keep_first_user`` and it fits), the latest user message, and the longest
     suffix starting at a safe split point (never between an assistant's tool
-    calls and their results; never starting on a tool message). When nothing
-    fits, the plan keeps the smallest valid suffix and the caller decides
-    (escalate, shorten, or raise). O(n) with suffix sums.
+    calls and their results; never starting on a tool message). With
+    ``note_tokens=0`` (no elision note in front) a suffix that would open the
+    conversation with an assistant message is passed over. When nothing fits,
+    the plan keeps the smallest valid suffix and the caller decides (escalate,
+    shorten, or raise). O(n) with suffix sums.
     """
     n = len(messages)
     head, latest_user = essential_indices(messages)
@@ -336,6 +280,9 @@ def plan_suffix(
             continue
         for p in points:
             pins = pins_for(p, with_first, with_summary)
+            if not note_tokens and not pins and p < n and p > len(head) and messages[p].role != "user":
+                # Without the note (a user-role message) in front, the kept part must open with the user.
+                continue
             if cost(p, pins) <= limit:
                 return _make_plan(p, head, pins)
     # Nothing fits: the smallest valid suffix.
@@ -370,21 +317,32 @@ def _make_plan(start: int, head: list[int], pins: list[int]) -> SuffixPlan:
 
 
 def apply_suffix_plan(
-    messages: Sequence[Message], plan: SuffixPlan, *, strategy: str, counts: Sequence[int], reason: str
+    messages: Sequence[Message],
+    plan: SuffixPlan,
+    *,
+    strategy: str,
+    counts: Sequence[int],
+    reason: str,
+    note: bool = True,
+    recallable: bool = False,
 ) -> tuple[list[Message], list[Action]]:
-    """Build the kept list for ``plan``, with an elision note where messages were removed."""
+    """Build the kept list for ``plan``, with an elision note where messages were removed.
+
+    ``note=False`` leaves the note out (when only the note would not fit); the
+    report still lists every removed message.
+    """
     if not plan.removed:
         return list(messages), []
     removed_msgs = [messages[i] for i in plan.removed]
     kept_head = [messages[i] for i in plan.head]
     anchor = kept_head[-1].id if kept_head else None
-    note = elision_note(removed_msgs, anchor=anchor)
-    out = kept_head + [note] + list(messages[plan.start :])
+    notes = [elision_note(removed_msgs, anchor=anchor, recallable=recallable)] if note else []
+    out = kept_head + notes + list(messages[plan.start :])
     action = Action(
         kind="dropped",
         strategy=strategy,
         message_ids=tuple(m.id for m in removed_msgs),
-        replacement_ids=(note.id,),
+        replacement_ids=tuple(n.id for n in notes),
         tokens_before=sum(counts[i] for i in plan.removed),
         tokens_after=0,
         reason=reason,

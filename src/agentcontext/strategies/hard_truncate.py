@@ -6,11 +6,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..compaction import Action, MessageKind, marker
 from ..exceptions import ConfigError, ContextOverflowError
 from ..messages import JSONValue, Message, TextPart, ToolCall
 from ..tokens._base import TokenCounter
 from ._base import (
-    Action,
     CompactionContext,
     CompactionResult,
     PureStrategy,
@@ -26,7 +26,7 @@ __all__ = ["HardTruncate", "shorten_text"]
 
 
 def shorten_text(
-    text: str, *, counter: TokenCounter, max_tokens: int, head_share: float = 0.4, ref: str
+    text: str, *, counter: TokenCounter, max_tokens: int, head_share: float = 0.4, ref: str | None
 ) -> str:
     """Cut ``text`` in the middle so it (marker included) takes at most ``max_tokens`` tokens.
 
@@ -41,7 +41,8 @@ def shorten_text(
         head = int(keep * head_share)
         tail = keep - head
         cut = len(text) - keep
-        marker = f"\n[… {cut:,} characters cut to fit the context window; full text: {ref} …]\n"
+        where = f"; full text: {ref}" if ref else ""
+        marker = f"\n[… {cut:,} characters cut to fit the context window{where} …]\n"
         return text[:head] + marker + (text[len(text) - tail :] if tail else "")
 
     lo, hi = 0, len(text) - 1
@@ -62,12 +63,13 @@ def shorten_text(
 class HardTruncate(PureStrategy):
     """Shorten the largest old messages, then drop the oldest rounds, until the prompt fits.
 
-    Never drops or shortens the system prompt or the latest user message. If
-    those alone (plus the note marking the gap) do not fit the budget, it raises
+    Never drops or shortens the system prompt or the latest user message. Only
+    if those alone (with the reply priming) do not fit the budget does it raise
     `ContextOverflowError` with the numbers, instead of sending something the
-    provider would reject or silently dropping the request (seed 001's hard
-    truncate could drop the system message; LangChain's trim_messages returns
-    nothing).
+    provider would reject or silently dropping the request (LangChain's
+    trim_messages returns nothing then; a hard truncate that may drop the system
+    message is worse). The note marking the gap is left out when only it does
+    not fit: it is ours, and never a reason to refuse.
 
     Args:
         head_share: the share of a shortened message kept from its start (the
@@ -93,18 +95,21 @@ class HardTruncate(PureStrategy):
         total = sum(counts) + ctx.reply_overhead
         head, latest_user = essential_indices(messages)
         essential = set(head) | ({latest_user} if latest_user is not None else set())
-        note_tokens = ctx.count(elision_note(messages[:1], anchor=None)) + 8
-        required = ctx.reply_overhead + sum(counts[i] for i in essential) + note_tokens
-        if required > ctx.budget:
+        floor = ctx.reply_overhead + sum(counts[i] for i in essential)
+        if floor > ctx.budget:
             raise ContextOverflowError(
-                f"the system prompt and the latest user message alone need {required:,} tokens "
-                f"(with the reply priming and a note), over the {ctx.budget:,}-token budget "
+                f"the system prompt and the latest user message alone need {floor:,} tokens "
+                f"(with the reply priming), over the {ctx.budget:,}-token budget "
                 f"(window {ctx.window:,} minus reserve {ctx.reserve:,}); shorten them or use a larger window",
-                required=required,
+                required=floor,
                 budget=ctx.budget,
                 window=ctx.window,
                 reserve=ctx.reserve,
             )
+        # The note marking the gap is ours: when it is all that does not fit, it goes, never the request.
+        note_tokens = ctx.count(elision_note(messages[:1], anchor=None)) + 8
+        note = floor + note_tokens <= ctx.budget
+        required = floor + (note_tokens if note else 0)
         if total <= ctx.target:
             return CompactionResult(messages=tuple(messages), tokens=total, note="already within target")
         limit = ctx.target if required <= ctx.target else ctx.budget
@@ -142,17 +147,33 @@ class HardTruncate(PureStrategy):
 
         # 2. Drop the oldest rounds, keeping the longest suffix that fits.
         plan = plan_suffix(
-            work, counts, limit=limit, reply_overhead=ctx.reply_overhead, note_tokens=note_tokens
+            work,
+            counts,
+            limit=limit,
+            reply_overhead=ctx.reply_overhead,
+            note_tokens=note_tokens if note else 0,
         )
         out, dropped = apply_suffix_plan(
-            work, plan, strategy=self.name, counts=counts, reason=f"dropped to fit {limit} tokens"
+            work,
+            plan,
+            strategy=self.name,
+            counts=counts,
+            reason=f"dropped to fit {limit} tokens",
+            note=note,
+            recallable=ctx.recallable,
         )
         tokens = ctx.total(out)
         if tokens > ctx.budget:
             # Even the newest complete exchange does not fit: keep only the essentials.
             plan = plan_at(work, len(work), keep_first_user=False)
             out, dropped = apply_suffix_plan(
-                work, plan, strategy=self.name, counts=counts, reason="only the essentials fit"
+                work,
+                plan,
+                strategy=self.name,
+                counts=counts,
+                reason="only the essentials fit",
+                note=note,
+                recallable=ctx.recallable,
             )
             tokens = ctx.total(out)
         actions.extend(dropped)
@@ -175,7 +196,7 @@ class HardTruncate(PureStrategy):
         return CompactionResult(messages=tuple(out), actions=tuple(final), tokens=tokens)
 
     def _shorten(self, m: Message, ctx: CompactionContext, cap: int) -> Message | None:
-        ref = f"message:{m.id}"
+        ref = f"message:{m.id}" if ctx.recallable else None
         content = m.content
         text_budget = max(cap - 16 * (1 + len(m.tool_calls)), 16)
         new_content: str | tuple[TextPart, ...] | None | object = content
@@ -198,7 +219,7 @@ class HardTruncate(PureStrategy):
             new_calls = tuple(_shorten_call(c, per_call * 3) for c in calls)
         if new_content == content and new_calls == calls:
             return None
-        meta = {**m.metadata, "agentcontext": {"kind": "shortened", "original_id": m.id}}
+        meta = {**m.metadata, "agentcontext": marker(MessageKind.SHORTENED, original_id=m.id)}
         return m.evolve(content=new_content, tool_calls=new_calls, metadata=meta)
 
 

@@ -1,4 +1,4 @@
-"""`MaskObservations`: micro-compaction of old tool results (seed 004's layer 1, done right)."""
+"""`MaskObservations`: micro-compaction of old tool results, with recall references."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..compaction import Action, ActionKind, MessageKind, marker
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
-from ._base import Action, ActionKind, CompactionContext, CompactionResult, PureStrategy
+from ._base import CompactionContext, CompactionResult, PureStrategy
 
 __all__ = ["MaskObservations", "masked_placeholder"]
 
@@ -23,16 +24,16 @@ def _recall_ref(message: Message) -> str:
     return f"message:{message.id}"
 
 
-def masked_placeholder(*, tool: str, tokens: int, lines: int, ref: str) -> str:
+def masked_placeholder(*, tool: str, tokens: int, lines: int, ref: str | None) -> str:
     """The text that replaces a masked tool result.
 
     It names the tool, the original size and the recall reference, so the model
-    knows something was there and how to get it back (seed 004's placeholder
-    said only "content compressed"; Claude Code's microcompact said nothing).
+    knows something was there and how to get it back (a bare "content
+    compressed" placeholder says none of this; Claude Code's microcompact says nothing).
     """
+    recall = f" Recall the full output with ref {ref}." if ref else ""
     return (
-        f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines). "
-        f"Recall the full output with ref {ref}.]"
+        f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines).{recall}]"
     )
 
 
@@ -74,8 +75,8 @@ class MaskObservations(PureStrategy):
     Args:
         keep_recent: the newest tool results to keep intact. Default 3.
         protected_tools: tool names whose results are never masked (a skill's
-            instructions, a memory read...). Unlike seed 004, nothing is protected
-            by default; name what matters to you.
+            instructions, a memory read...). Nothing is protected by default
+            (a built-in list guesses wrong for someone); name what matters to you.
         clear_at_least: the fewest tokens a masking pass must free to be applied;
             None means 5% of the budget.
         min_tokens: results this small or smaller are left alone (a placeholder
@@ -151,10 +152,15 @@ class MaskObservations(PureStrategy):
                 continue
             text = m.text
             ref = _recall_ref(m)
-            placeholder = masked_placeholder(tool=tool, tokens=counts[i], lines=text.count("\n") + 1, ref=ref)
+            placeholder = masked_placeholder(
+                tool=tool, tokens=counts[i], lines=text.count("\n") + 1, ref=ref if ctx.recallable else None
+            )
             new = m.evolve(
                 content=placeholder,
-                metadata={**m.metadata, "agentcontext": {"kind": "masked", "original_id": m.id, "ref": ref}},
+                metadata={
+                    **m.metadata,
+                    "agentcontext": marker(MessageKind.MASKED, original_id=m.id, ref=ref),
+                },
             )
             take(i, new, "masked", f"old {tool} result masked (newest {self.keep_recent} kept)", ref)
         if self.shorten_arguments_over is not None and total - freed > ctx.target:
@@ -169,7 +175,7 @@ class MaskObservations(PureStrategy):
                     tool_calls=shortened,
                     metadata={
                         **m.metadata,
-                        "agentcontext": {"kind": "arguments_shortened", "original_id": m.id},
+                        "agentcontext": marker(MessageKind.ARGUMENTS_SHORTENED, original_id=m.id),
                     },
                 )
                 reason = f"old tool-call arguments over {self.shorten_arguments_over} characters shortened"

@@ -1,15 +1,20 @@
-"""`Tiered`: run strategies from cheap to expensive and stop once the target is met."""
+"""`Tiered`: run strategies from cheap to expensive and stop once the target is met; the default pipelines."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ..compaction import Action, Level
 from ..exceptions import ConfigError
 from ..messages import Message
-from ._base import Action, CompactionContext, CompactionFlow, CompactionResult, Strategy
+from ._base import CompactionContext, CompactionFlow, CompactionResult, Strategy
 
-__all__ = ["Tiered"]
+if TYPE_CHECKING:
+    from ..summarizers._base import Summarizer
+
+__all__ = ["Tiered", "default_pipelines"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,3 +53,52 @@ class Tiered:
         return CompactionResult(
             messages=current, actions=tuple(actions), tokens=tokens, note="; ".join(notes)
         )
+
+
+def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, Strategy]:
+    """The default pipeline per level: mask, summarize, then drop (or hard-truncate).
+
+    Normal masks old tool results (keep 3) when that frees enough, summarizes
+    the oldest part (the newest 30% kept verbatim, the user's messages kept in
+    the ledger) and, should the summary fall back, drops the oldest rounds to
+    the target. Aggressive keeps one recent result, shortens old tool-call
+    arguments and keeps 20% verbatim. Emergency (at or over the limit) tries a
+    summary too, chunked so the summarizer never sees more than it can read,
+    before hard truncation guarantees the fit.
+
+    With no summarizer or one that makes no model call (``calls_model = False``,
+    like the offline `ExtractiveSummarizer`), summarizing costs no more than
+    masking and keeps the identifiers masking would drop, so it runs first;
+    with an LLM summarizer, masking runs first to spare model calls.
+    """
+    from .hard_truncate import HardTruncate
+    from .observation_masking import MaskObservations
+    from .summarize import Summarize
+    from .token_budget import TokenBudget
+
+    offline = summarizer is None or getattr(summarizer, "calls_model", True) is False
+
+    def tiers(mask: Strategy, summarize: Strategy, last: Strategy) -> tuple[Strategy, ...]:
+        return (summarize, mask, last) if offline else (mask, summarize, last)
+
+    return {
+        Level.NORMAL: Tiered(
+            tiers=tiers(MaskObservations(keep_recent=3), Summarize(), TokenBudget()), name="normal"
+        ),
+        Level.AGGRESSIVE: Tiered(
+            tiers=tiers(
+                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=400),
+                Summarize(keep_recent=0.2),
+                TokenBudget(),
+            ),
+            name="aggressive",
+        ),
+        Level.EMERGENCY: Tiered(
+            tiers=tiers(
+                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
+                Summarize(keep_recent=0.1),
+                HardTruncate(),
+            ),
+            name="emergency",
+        ),
+    }

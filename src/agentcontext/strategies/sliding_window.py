@@ -70,5 +70,7 @@ class SlidingWindow(PureStrategy):
             if self.keep_last_rounds is not None
             else f"kept the newest {self.keep_last_messages or 40} messages"
         )
-        out, actions = apply_suffix_plan(messages, plan, strategy=self.name, counts=counts, reason=reason)
+        out, actions = apply_suffix_plan(
+            messages, plan, strategy=self.name, counts=counts, reason=reason, recallable=ctx.recallable
+        )
         return CompactionResult(messages=tuple(out), actions=tuple(actions), tokens=ctx.total(out))

@@ -23,9 +23,9 @@ __all__ = ["TokenBudget"]
 class TokenBudget(PureStrategy):
     """Keep messages from newest to oldest while they fit ``max_tokens`` (default: the engine's target).
 
-    Unlike seed 001's token budget, which skipped a big message and kept older
-    small ones (a non-contiguous result that orphans tool results), the result
-    here is the system prompt, the user's goal and latest request, and one
+    A budget that skips a big message and keeps older small ones gives a
+    non-contiguous result that orphans tool results; here the result is the
+    system prompt, the user's goal and latest request, and one
     *contiguous* suffix cut at a safe split point. When even the smallest valid
     suffix is over the budget, it returns that and says so in ``note``: the
     engine then escalates to `HardTruncate`.
@@ -65,6 +65,7 @@ class TokenBudget(PureStrategy):
             strategy=self.name,
             counts=counts,
             reason=f"oldest messages dropped to fit {limit} tokens",
+            recallable=ctx.recallable,
         )
         tokens = ctx.total(out)
         return CompactionResult(

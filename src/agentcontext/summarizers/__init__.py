@@ -9,14 +9,16 @@
 'agentcontext[openai]'`` or ``'agentcontext[anthropic]'``.
 """
 
+from ..compaction import SummaryRequest as SummaryRequest
 from ..exceptions import MissingDependencyError as MissingDependencyError
 from ._anthropic import AnthropicSummarizer as AnthropicSummarizer
 from ._base import Summarizer as Summarizer
-from ._base import SummaryRequest as SummaryRequest
 from ._extractive import ExtractiveSummarizer as ExtractiveSummarizer
 from ._http import RetryPolicy as RetryPolicy
 from ._identifiers import extract_identifiers as extract_identifiers
 from ._llm import LLMSummarizerBase as LLMSummarizerBase
+from ._llm import SummaryProblem as SummaryProblem
+from ._llm import summary_problem as summary_problem
 from ._openai import OpenAISummarizer as OpenAISummarizer
 from ._prompts import PromptName as PromptName
 from ._prompts import PromptTemplate as PromptTemplate
@@ -35,10 +37,12 @@ __all__ = [
     "PromptTemplate",
     "RetryPolicy",
     "Summarizer",
+    "SummaryProblem",
     "SummaryRequest",
     "build_prompt",
     "detect_language",
     "extract_identifiers",
     "get_prompt",
     "render_transcript",
+    "summary_problem",
 ]

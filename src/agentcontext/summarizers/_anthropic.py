@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from ..exceptions import SummarizerError
 from ..messages import JSONValue
-from ._http import HttpRequest, HttpResponse, RetryableReply
-from ._llm import LLMSummarizerBase, clean_summary
+from ._http import HttpRequest, HttpResponse
+from ._llm import LLMSummarizerBase
 
 __all__ = ["AnthropicSummarizer"]
 
@@ -20,7 +20,8 @@ class AnthropicSummarizer(LLMSummarizerBase):
     goes in ``x-api-key``, the API version in ``anthropic-version``, the prompt's
     rules in the top-level ``system`` field, and ``max_tokens`` (required by the
     API) is always set. No ``tools`` are offered. 429, 5xx (529 "overloaded"
-    included) and timeouts are retried; a reached spend limit is not.
+    included) and timeouts are retried; a reached spend limit is not. The
+    deadline, reply size cap and checks on the text are `OpenAISummarizer`'s.
 
     >>> s = AnthropicSummarizer(model="claude-haiku-4-5", api_key="sk-ant-...")
 
@@ -29,8 +30,8 @@ class AnthropicSummarizer(LLMSummarizerBase):
         base_url: the API root. Default ``https://api.anthropic.com``.
         api_key: None reads ``ANTHROPIC_API_KEY``.
         anthropic_version: the ``anthropic-version`` header. Default ``"2023-06-01"``.
-        timeout, max_output_tokens, prompt, temperature, retry, headers, extra_body:
-            see `LLMSummarizerBase`.
+        timeout, max_output_tokens, max_response_bytes, prompt, temperature, retry,
+            headers, extra_body: see `LLMSummarizerBase`.
 
     A reply that stopped at ``max_tokens`` or was a refusal is not used.
     """
@@ -64,11 +65,11 @@ class AnthropicSummarizer(LLMSummarizerBase):
         key = self.key()
         if key:
             headers["x-api-key"] = key
-        return HttpRequest(url=self.endpoint, headers=headers, body=body, timeout=self.timeout)
+        return HttpRequest(url=self.endpoint, headers=headers, body=body)
 
     def parse(self, response: HttpResponse) -> str:
         """The text blocks of ``content``; refuses replies cut at ``max_tokens``, refusals and tool use."""
-        payload = response.json()
+        payload = self.payload(response)
         if not isinstance(payload, dict):
             raise SummarizerError(f"{self.endpoint}: the reply is not a message: {str(payload)[:300]}")
         stop = payload.get("stop_reason")
@@ -89,7 +90,4 @@ class AnthropicSummarizer(LLMSummarizerBase):
             for b in blocks
             if isinstance(b, dict) and b.get("type") == "text" and isinstance(t := b.get("text"), str)
         )
-        text = clean_summary(text)
-        if not text:
-            raise RetryableReply(f"{self.endpoint}: the reply was empty")
-        return text
+        return self.accept(text)

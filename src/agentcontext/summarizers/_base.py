@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ..strategies._base import SummaryRequest
+from ..compaction import SummaryRequest
 
-__all__ = ["Summarizer", "SummaryRequest"]
+__all__ = ["Summarizer"]
 
 
 @runtime_checkable

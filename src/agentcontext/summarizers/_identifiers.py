@@ -17,10 +17,18 @@ import functools
 import re
 from collections.abc import Iterable
 
-__all__ = ["IdentifierKind", "classify_identifier", "extract_identifiers", "missing_identifiers"]
+__all__ = [
+    "IdentifierKind",
+    "classify_identifier",
+    "extract_identifiers",
+    "extract_numbers",
+    "extract_symbols",
+    "missing_identifiers",
+]
 
 IdentifierKind = str
-"""One of ``"url"``, ``"path"``, ``"error"``, ``"id"``, ``"quantity"``, ``"date"``."""
+"""One of ``"url"``, ``"path"``, ``"error"``, ``"id"``, ``"quantity"``, ``"date"``, and for
+`extract_symbols` and `extract_numbers`, ``"symbol"``, ``"term"`` and ``"number"``."""
 
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`()\[\]{}]+")
 _EXT = (
@@ -82,10 +90,16 @@ def _extract_cached(text: str) -> tuple[str, ...]:
 
 def _extract(text: str) -> list[str]:
     found: dict[str, None] = {}
-    taken: list[tuple[int, int]] = []
+    # Characters already part of an identifier found earlier (a URL's path, a path's hash): one byte each,
+    # so "is this match inside one?" is one C-speed scan of its span, not a walk over every span so far
+    # (that walk made a long build log quadratic).
+    taken = bytearray(len(text))
 
     def covered(start: int, end: int) -> bool:
-        return any(a <= start and end <= b for a, b in taken)
+        return end > start and taken.find(0, start, end) == -1
+
+    def take(start: int, end: int) -> None:
+        taken[start:end] = b"\x01" * (end - start)
 
     def add(pattern: re.Pattern[str], *, span_only: bool = False, check: bool = True) -> None:
         for m in pattern.finditer(text):
@@ -93,7 +107,7 @@ def _extract(text: str) -> list[str]:
             start, end = m.start(), m.start() + len(value)
             if len(value) < 3 or (check and covered(start, end)):
                 continue
-            taken.append((start, end))
+            take(start, end)
             if not span_only:
                 found.setdefault(value, None)
 
@@ -109,10 +123,103 @@ def _extract(text: str) -> list[str]:
         value = m.group(0)
         if covered(m.start(), m.end()) or value.isdigit() or value.isalpha():
             continue
-        taken.append((m.start(), m.end()))
+        take(m.start(), m.end())
         found.setdefault(value, None)
     add(_QUANTITY)
     return [v for v in found if not _is_noise(v)]
+
+
+# Code symbols: a dotted chain of names (``django.http.response``, ``self.make_bytes``) or one name
+# that only code writes: snake_case (``make_bytes``, ``__init__``, ``MAX_SIZE``), camelCase
+# (``makeBytes``) or PascalCase with two humps at least (``HttpResponse``). A plain word is not one.
+_NAME_CHAIN = re.compile(r"(?<![\w$@\\-])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?!\w)")
+# What can be a symbol at all (a dotted chain, a name with an underscore or an inner capital): found
+# in one pass, so that the words of prose, most of any text, are not looked at one by one.
+_SYMBOL_SHAPE = re.compile(
+    r"(?<![\w$@\\-])(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+"
+    r"|[A-Za-z0-9]*_[A-Za-z0-9_]*|[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*?[a-z0-9][A-Z][A-Za-z0-9]*"
+    r"|[A-Z]{2,}[a-z][A-Za-z0-9]*)(?![\w])"
+)
+_SNAKE = re.compile(r"_*[A-Za-z0-9]+(?:_+[A-Za-z0-9]+)+_*|__[A-Za-z0-9]+__")
+_CAMEL = re.compile(
+    r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)*[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*"  # camelCase
+    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*[A-Z][a-z0-9]+"  # PascalCase
+    r"|[A-Z]+[A-Z][a-z0-9]{2,}(?:[A-Z][a-z0-9]*)*"  # an acronym, then a word: JSONDecoder
+)
+# A term a Chinese (or Japanese) text marks as one: quoted or in title brackets.
+_CJK_TERM = re.compile(r"[「『“《【〈]([^」』”》】〉\n]{2,12})[」』”》】〉]")
+_HAS_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+_LISTING_NUMBER = re.compile(r"[:\t|]|\s{2,}|\s*$", re.M)
+_LONG_NUMBER = re.compile(r"(?<![\w./-])\d{4,}(?!\w|[./-]\d|,\d{3}(?!\d))")
+
+
+def extract_symbols(text: str) -> list[str]:
+    """The code symbols and marked terms in ``text``, each once, in order of first appearance.
+
+    Code symbols are what code, not prose, is written in: dotted names
+    (``os.path.join``; not a file name with a known extension, which is a path), snake_case,
+    camelCase and PascalCase names of two humps or more. In text with CJK characters, terms
+    the text itself marks (in 「」, “”, 《》 or 【】) count too. Kept apart from
+    `extract_identifiers`, whose kinds a summary is checked against: symbols are many, so a
+    summarizer chooses among them by where they were met.
+
+    >>> extract_symbols("call response.make_bytes() in HttpResponse, not the plain word Python")
+    ['response.make_bytes', 'HttpResponse']
+    """
+    return list(_symbols_cached(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _symbols_cached(text: str) -> tuple[str, ...]:
+    found: dict[str, None] = {}
+    urls = [m.span() for m in _URL.finditer(text)]
+    for m in _SYMBOL_SHAPE.finditer(text):
+        value = m.group(0)
+        if len(value) > 80 or any(a <= m.start() < b for a, b in urls):
+            continue  # a URL's host or query names its site, not the code
+        if "." in value:
+            parts = value.split(".")
+            if _HAS_EXT.search(value) or any(len(p) < 2 for p in parts):
+                # A file name (a path, found by `extract_identifiers`) or an abbreviation ("e.g").
+                # The names in it can still be symbols on their own.
+                for part in parts:
+                    if _is_symbol_name(part):
+                        found.setdefault(part, None)
+                continue
+            if any(_is_symbol_name(p) for p in parts) or all(p.islower() for p in parts):
+                found.setdefault(value, None)
+            continue
+        if _is_symbol_name(value):
+            found.setdefault(value, None)
+    if _HAS_CJK.search(text):
+        for m in _CJK_TERM.finditer(text):
+            term = m.group(1).strip()
+            if term and _HAS_CJK.search(term):
+                found.setdefault(term, None)
+    return tuple(found)
+
+
+def _is_symbol_name(name: str) -> bool:
+    if len(name) < 3 or name.isdigit():
+        return False
+    if "_" in name.strip("_") or (name.startswith("__") and name.endswith("__")):
+        return _SNAKE.fullmatch(name) is not None and any(c.isalpha() for c in name)
+    return _CAMEL.fullmatch(name) is not None
+
+
+def extract_numbers(text: str) -> list[str]:
+    """Bare numbers of four digits or more (``8080``, ``12345``), each once: ids, ports, years, prices.
+
+    Not a part of a decimal (``3.14159``), of a grouped number or of a word, nor the line number
+    that starts a line of a listing (``1470:``, ``1470\t``).
+    """
+    found: dict[str, None] = {}
+    for m in _LONG_NUMBER.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        if not text[start : m.start()].strip() and _LISTING_NUMBER.match(text, m.end()):
+            continue
+        found.setdefault(m.group(0), None)
+    return list(found)
 
 
 def _is_noise(value: str) -> bool:
@@ -129,7 +236,9 @@ def _is_noise(value: str) -> bool:
 
 
 def classify_identifier(value: str) -> IdentifierKind:
-    """The kind of an identifier found by `extract_identifiers` (for reports and ordering)."""
+    """The kind of an identifier found by `extract_identifiers`, `extract_symbols` or `extract_numbers`."""
+    if value.isdigit():
+        return "number"
     if _URL.fullmatch(value):
         return "url"
     if _ERROR.fullmatch(value):
@@ -140,6 +249,19 @@ def classify_identifier(value: str) -> IdentifierKind:
         return "quantity"
     if "/" in value or _PATH.fullmatch(value):
         return "path"
+    if (
+        _UUID.fullmatch(value)
+        or _HEX.fullmatch(value)
+        or _CODE.fullmatch(value)
+        or _UPPER_ID.fullmatch(value)
+    ):
+        return "id"
+    if _ISSUE.fullmatch(value):
+        return "id"
+    if _HAS_CJK.search(value):
+        return "term"
+    if _NAME_CHAIN.fullmatch(value):
+        return "symbol"
     return "id"
 
 

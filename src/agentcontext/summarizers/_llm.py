@@ -1,23 +1,41 @@
-"""What the OpenAI-compatible and Anthropic summarizers share: settings, prompt, clean-up of the reply."""
+"""What the OpenAI-compatible and Anthropic summarizers share: settings, bounds, prompt, checks on the reply."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
-from ..exceptions import ConfigError
+from ..compaction import SummaryRequest
+from ..exceptions import ConfigError, SummarizerError, SummarizerTimeout
 from ..messages import JSONValue
-from ..strategies._base import SummaryRequest
-from ._http import Exchange, HttpRequest, HttpResponse, RetryPolicy, exchange, run_async, run_sync
+from ._http import (
+    Exchange,
+    HttpRequest,
+    HttpResponse,
+    RetryableReply,
+    RetryPolicy,
+    exchange,
+    run_async,
+    run_sync,
+)
 from ._prompts import PromptName, PromptTemplate, build_prompt, get_prompt
 
-__all__ = ["LLMSummarizerBase", "clean_summary"]
+__all__ = ["LLMSummarizerBase", "SummaryProblem", "clean_summary", "summary_problem"]
 
 _REASONING = re.compile(r"<(think|thinking|scratchpad)>.*?</\1>\s*", re.S | re.I)
 _UNCLOSED_REASONING = re.compile(r"^\s*<(think|thinking)>.*", re.S | re.I)
+
+RESPONSE_BYTES_PER_TOKEN = 32
+"""Reply bytes allowed per output token: JSON-escaped CJK (6 bytes a character) or emoji (12) with room
+to spare; a summary needs nowhere near this much."""
+MIN_RESPONSE_BYTES = 128 * 1024
+"""The least reply size cap, whatever the output limit (the JSON envelope, usage, a short summary)."""
 
 
 def clean_summary(text: str) -> str:
@@ -25,6 +43,131 @@ def clean_summary(text: str) -> str:
     text = _REASONING.sub("", text)
     text = _UNCLOSED_REASONING.sub("", text)  # a reasoning block cut off: nothing usable after it
     return text.strip()
+
+
+# ----------------------------------------------------------------------------- is it a summary?
+
+
+class SummaryProblem(NamedTuple):
+    """Why a model's text is not a usable summary."""
+
+    reason: str
+    """One line saying what the text is (a refusal, an HTML page...), with a short quote."""
+    retryable: bool
+    """True when asking again may help (a gateway's error page); False for a refusal."""
+
+
+# A refusal or apology opens the reply. Summaries do not start this way: they describe the
+# conversation ("The user asked...", "## Goal", "<state_snapshot>"), not the model's own stance.
+# Strong openers (an apology, "As an AI") reject a short reply outright; weak ones ("I cannot")
+# only with what they decline in the same sentence ("I cannot help with that").
+_APOLOGY = re.compile(
+    r"""^[\W_]*(?:
+        (?:i'm|im|i\s+am)\s+(?:so\s+|very\s+|really\s+|truly\s+|terribly\s+)?sorry\b
+      | sorry\b(?!-)
+      | (?:my\s+)?apologies\b
+      | i\s+(?:sincerely\s+|do\s+)?apologi[sz]e\b
+      | unfortunately,?\s+(?:i|as\s+an?)\b
+      | as\s+an?\s+(?:ai|artificial\s+intelligence|(?:large\s+)?language\s+model|llm)\b
+      | (?:很|非常|十分)?(?:抱歉|对不起|對不起)
+      | 作为(?:一个|一名)?(?:AI|人工智能|语言模型)
+      | 申し訳|すみません
+    )""",
+    re.I | re.X,
+)
+_DECLINE = re.compile(
+    r"""^[\W_]*(?:
+        i\s+(?:cannot|can't|can\s+not|won't|will\s+not|must\s+decline|have\s+to\s+decline|am\s+unable
+            |am\s+not\s+able|do\s+not\s+feel\s+comfortable|don't\s+feel\s+comfortable|refuse)\b
+      | i'm\s+(?:unable|not\s+able|afraid|not\s+comfortable)\b
+      | 我(?:无法|不能|無法)
+    )""",
+    re.I | re.X,
+)
+# What a refusal declines.
+_REFUSAL_OBJECT = re.compile(
+    r"(?:\b(?:help|assist|comply|fulfil+|provide|produce|summari[sz]e|complete|continue|create|generate|do)\b"
+    r".{0,60}\b(?:that|this|it|request|task|summary|conversation|content|with)\b)|帮助|协助|提供|总结|完成",
+    re.I | re.S,
+)
+_SHORT = 600
+"""Characters under which a reply that opens with an apology is taken for a refusal."""
+_HTML = re.compile(r"^\s*<(?:!doctype\s+html|html|head|body)\b", re.I)
+_TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
+# A gateway's or server's error text in place of a completion (checked on short one-line replies only).
+_ERROR_TEXT = re.compile(
+    r"""^[\W_]*(?:
+        (?:error|exception|fatal)\s*(?:[:\[(\#-]|\d{3}\b)
+      | an\s+(?:internal\s+)?error\s+(?:has\s+)?occurred | something\s+went\s+wrong
+      | internal\s+server\s+error | bad\s+gateway | service\s+(?:temporarily\s+)?unavailable
+      | gateway\s+time-?out | upstream\s+(?:connect\s+)?(?:error|timed\s+out|request\s+timeout)
+      | too\s+many\s+requests | rate\s+limit(?:ed|\s+exceeded|\s+reached)\b | request\s+timed\s+out
+      | (?:http/\d(?:\.\d)?\s+)?[45]\d\d\s+(?:bad|not|internal|service|gateway|too|forbidden|unauthori[sz]ed
+            |request|payload|unprocessable|method|conflict)\b
+      | (?:null|none|undefined|nan)\s*$
+    )""",
+    re.I | re.X,
+)
+_ERROR_TEXT_MAX = 300
+_ERROR_KEYS = frozenset({"error", "message", "detail", "code", "status", "type", "statusCode", "title"})
+
+
+def _quote(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + "…")
+
+
+def _json_error(text: str) -> bool:
+    """A JSON object shaped like an API error (``{"error": ...}``, ``{"detail": "..."}``, ``{"message", "code"}``)."""
+    if not text.startswith("{"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(value, dict) or not value or not set(value) <= _ERROR_KEYS:
+        return False
+    return "error" in value or "detail" in value or ("message" in value and len(value) > 1)
+
+
+def summary_problem(text: str) -> SummaryProblem | None:
+    """Why ``text`` is not a usable summary (empty, a refusal, an apology, an error message), or None.
+
+    Checked on what the model wrote after `clean_summary`: an empty text, a
+    refusal or apology (``"I'm sorry, I cannot help with that."``, ``"As an
+    AI..."``), an HTML page, a JSON error object, a traceback, or a gateway's
+    error line (``"502 Bad Gateway"``) are rejected. An apology ("I'm sorry",
+    "As an AI") rejects a short reply (under 600 characters) outright, a longer
+    one when its first sentence says what it declines; "I cannot..." rejects a
+    reply only with what it declines ("I cannot help with that"), so a real
+    summary that starts "I cannot reproduce the failure yet" is kept.
+
+    >>> summary_problem("I'm sorry, but I can't help with that.").reason.startswith("a refusal")
+    True
+    >>> summary_problem("<state_snapshot><overall_goal>Fix the parser</overall_goal></state_snapshot>") is None
+    True
+    """
+    text = text.strip()
+    if not text:
+        return SummaryProblem("the reply was empty", True)
+    flat = text.replace("\u2019", "'").replace("\u2018", "'")
+    apology, decline = _APOLOGY.match(flat), _DECLINE.match(flat)
+    if apology or decline:
+        first = re.split(r"(?<=[.!?。！？；;])\s*|\n", flat, maxsplit=1)[0][:300]
+        if (apology and len(flat) < _SHORT) or _REFUSAL_OBJECT.search(first):
+            return SummaryProblem(f"a refusal, not a summary: {_quote(text)}", False)
+    if _HTML.match(text):
+        return SummaryProblem(f"an HTML page, not a summary: {_quote(text)}", True)
+    if _TRACEBACK.match(text):
+        return SummaryProblem(f"a traceback, not a summary: {_quote(text)}", True)
+    if _json_error(text):
+        return SummaryProblem(f"a JSON error object, not a summary: {_quote(text)}", True)
+    if len(text) <= _ERROR_TEXT_MAX and "\n" not in text and _ERROR_TEXT.match(text):
+        return SummaryProblem(f"an error message, not a summary: {_quote(text)}", True)
+    return None
+
+
+# ----------------------------------------------------------------------------- the base class
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +180,15 @@ class LLMSummarizerBase:
     api_key: str | None = field(default=None, repr=False)
     """The API key; None reads the environment variable named by ``api_key_env``."""
     api_key_env: str = ""
-    timeout: float = 60.0
-    """Seconds to wait for one reply (a summary of a long history can take a while)."""
+    timeout: float = 30.0
+    """Seconds one summary may take in all: connecting, sending, waiting, reading, every retry
+    and every wait between retries. The engine's deadline for the `prepare` call applies
+    when it is earlier (`SummaryRequest.deadline`). Past it, `SummarizerTimeout`."""
     max_output_tokens: int = 4096
     """The most tokens the summary may take; the strategy's own limit applies when smaller."""
+    max_response_bytes: int | None = None
+    """The largest reply body read; past it the reply is abandoned and the summary fails.
+    None (default): 32 bytes per output token, at least 128 KiB."""
     prompt: PromptName | PromptTemplate = "state_snapshot"
     """Which template to use (see `agentcontext.summarizers.PromptTemplate`)."""
     temperature: float | None = 0.0
@@ -57,18 +205,22 @@ class LLMSummarizerBase:
         from ._http import require_httpx
 
         require_httpx(self._extra)
+        name = type(self).__name__
         if not self.model:
-            raise ConfigError(f"{type(self).__name__} needs a model name")
+            raise ConfigError(f"{name} needs a model name")
         if not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"{type(self).__name__}.base_url must start with http:// or https://, got {self.base_url!r}"
-            )
-        if self.timeout <= 0:
-            raise ConfigError(f"{type(self).__name__}.timeout must be positive, got {self.timeout}")
+            raise ConfigError(f"{name}.base_url must start with http:// or https://, got {self.base_url!r}")
+        if (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, int | float)
+            or not self.timeout > 0
+        ):
+            raise ConfigError(f"{name}.timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.max_output_tokens < 16:
-            raise ConfigError(
-                f"{type(self).__name__}.max_output_tokens must be at least 16, got {self.max_output_tokens}"
-            )
+            raise ConfigError(f"{name}.max_output_tokens must be at least 16, got {self.max_output_tokens}")
+        cap = self.max_response_bytes
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024):
+            raise ConfigError(f"{name}.max_response_bytes must be an int >= 1024 or None, got {cap!r}")
         get_prompt(self.prompt)  # fail early on an unknown name
         object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
         object.__setattr__(self, "extra_body", MappingProxyType(dict(self.extra_body)))
@@ -76,7 +228,12 @@ class LLMSummarizerBase:
     # ------------------------------------------------------------------ the Summarizer protocol
 
     def summarize(self, request: SummaryRequest) -> str:
-        """Return the summary of ``request`` (raises `SummarizerError` after the last retry)."""
+        """Return the summary of ``request`` by its deadline.
+
+        Raises:
+            SummarizerTimeout: no summary by the deadline (``timeout``, or the request's when earlier).
+            SummarizerError: any other failure (after the last retry, or one no retry can fix).
+        """
         return run_sync(self.flow(request))
 
     async def asummarize(self, request: SummaryRequest) -> str:
@@ -86,21 +243,71 @@ class LLMSummarizerBase:
     # ------------------------------------------------------------------ shared logic
 
     def flow(self, request: SummaryRequest) -> Exchange:
-        """The HTTP exchange for ``request``, for the sync and async drivers alike."""
+        """The HTTP exchange for ``request``, for the sync and async drivers alike.
+
+        Raises:
+            SummarizerTimeout: the request's deadline has already passed.
+        """
+        now = time.monotonic()
+        deadline, note = self.deadline(request, now)
+        if deadline <= now:
+            raise SummarizerTimeout(f"{self.endpoint}: {note} passed before the summary was asked for")
         output = self.output_tokens(request)
         system, user = build_prompt(request, get_prompt(self.prompt), max_tokens=output)
+        http = self.http_request(system=system, user=user, max_tokens=output)
+        # An uncompressed reply: the byte cap then bounds what is held in memory, not a compressed stream.
+        headers = {"accept-encoding": "identity", **http.headers}
         return exchange(
-            self.http_request(system=system, user=user, max_tokens=output),
+            replace(http, headers=headers, deadline=deadline, max_bytes=self.response_limit(output)),
             endpoint=self.endpoint,
             parse=self.parse,
             policy=self.retry,
+            deadline_note=note,
         )
+
+    def deadline(self, request: SummaryRequest, now: float) -> tuple[float, str]:
+        """The `time.monotonic` value the summary must be back by, and what sets it (for messages)."""
+        own = now + self.timeout
+        if request.deadline is not None and request.deadline < own:
+            left = max(request.deadline - now, 0.0)
+            return request.deadline, f"the caller's deadline ({left:.3g} s after the summary was asked for)"
+        return own, f"the {self.timeout:g} s timeout of {type(self).__name__}"
 
     def output_tokens(self, request: SummaryRequest) -> int:
         """The output limit: the strategy's ``max_tokens`` when set and smaller than ``max_output_tokens``."""
         if request.max_tokens is not None and request.max_tokens > 0:
             return max(16, min(self.max_output_tokens, request.max_tokens))
         return self.max_output_tokens
+
+    def response_limit(self, output_tokens: int) -> int:
+        """The reply size cap in bytes for ``output_tokens``: ``max_response_bytes``, else derived from it."""
+        if self.max_response_bytes is not None:
+            return self.max_response_bytes
+        return max(MIN_RESPONSE_BYTES, output_tokens * RESPONSE_BYTES_PER_TOKEN)
+
+    def payload(self, response: HttpResponse) -> JSONValue:
+        """A 2xx reply's JSON body (raises `SummarizerError` naming the endpoint when it is not JSON)."""
+        try:
+            return response.json()
+        except SummarizerError as exc:
+            raise SummarizerError(
+                f"{self.endpoint}: {exc} (not retried: is base_url the API root of a {type(self).__name__} endpoint?)"
+            ) from exc
+
+    def accept(self, text: str) -> str:
+        """``text`` without reasoning blocks, if it is a usable summary (see `summary_problem`), else raise.
+
+        Raises:
+            RetryableReply: empty or error-shaped text (asking again may help).
+            SummarizerError: a refusal or apology.
+        """
+        text = clean_summary(text)
+        problem = summary_problem(text)
+        if problem is None:
+            return text
+        if problem.retryable:
+            raise RetryableReply(f"{self.endpoint}: {problem.reason}")
+        raise SummarizerError(f"{self.endpoint}: {problem.reason} (not retried)")
 
     def key(self) -> str | None:
         """The API key: ``api_key``, else the environment variable, else None (local endpoints need none)."""
@@ -116,7 +323,7 @@ class LLMSummarizerBase:
         raise NotImplementedError
 
     def http_request(self, *, system: str, user: str, max_tokens: int) -> HttpRequest:
-        """The provider-specific request."""
+        """The provider-specific request (the deadline and byte cap are added by `flow`)."""
         raise NotImplementedError
 
     def parse(self, response: HttpResponse) -> str:

@@ -7,8 +7,8 @@ from typing import Literal
 
 from ..exceptions import SummarizerError
 from ..messages import JSONValue
-from ._http import HttpRequest, HttpResponse, RetryableReply
-from ._llm import LLMSummarizerBase, clean_summary
+from ._http import HttpRequest, HttpResponse
+from ._llm import LLMSummarizerBase
 
 __all__ = ["OpenAISummarizer"]
 
@@ -22,7 +22,10 @@ class OpenAISummarizer(LLMSummarizerBase):
     act while it summarizes. 429, 5xx and timeouts are retried (see
     `RetryPolicy`); after the last try, or on an error no retry can fix, it
     raises `SummarizerError` naming the endpoint and the status, and the
-    engine falls back to the next tier.
+    engine falls back to the next tier. One deadline bounds the whole summary
+    (``timeout``, 30 s by default, or the engine's when earlier: then
+    `SummarizerTimeout`), a byte cap bounds the reply, and a refusal, an
+    apology or an error text is never returned as a summary (`summary_problem`).
 
     >>> s = OpenAISummarizer(model="qwen2.5-7b-instruct", base_url="http://localhost:8000/v1")
 
@@ -35,8 +38,8 @@ class OpenAISummarizer(LLMSummarizerBase):
             reasoning models reject the other) or ``"max_tokens"`` (what most
             compatible servers understand). None picks the first for api.openai.com
             and the second elsewhere.
-        timeout, max_output_tokens, prompt, temperature, retry, headers, extra_body:
-            see `LLMSummarizerBase`.
+        timeout, max_output_tokens, max_response_bytes, prompt, temperature, retry,
+            headers, extra_body: see `LLMSummarizerBase`.
 
     A reply cut at the output limit (``finish_reason`` ``"length"``) is refused
     rather than used: its last sections (the task state) would be missing.
@@ -70,11 +73,11 @@ class OpenAISummarizer(LLMSummarizerBase):
         key = self.key()
         if key:
             headers["authorization"] = f"Bearer {key}"
-        return HttpRequest(url=self.endpoint, headers=headers, body=body, timeout=self.timeout)
+        return HttpRequest(url=self.endpoint, headers=headers, body=body)
 
     def parse(self, response: HttpResponse) -> str:
         """``choices[0].message.content``; refuses cut, filtered or malformed replies."""
-        payload = response.json()
+        payload = self.payload(response)
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise SummarizerError(f"{self.endpoint}: the reply has no choices: {str(payload)[:300]}")
@@ -95,7 +98,4 @@ class OpenAISummarizer(LLMSummarizerBase):
             raise SummarizerError(f"{self.endpoint}: the summary was withheld by a content filter")
         if finish == "tool_calls":
             raise SummarizerError(f"{self.endpoint}: the model tried to call a tool instead of summarizing")
-        text = clean_summary(content) if isinstance(content, str) else ""
-        if not text:
-            raise RetryableReply(f"{self.endpoint}: the reply was empty")
-        return text
+        return self.accept(content if isinstance(content, str) else "")

@@ -25,8 +25,8 @@ from functools import cache
 from importlib import resources
 from typing import Literal, TypeAlias, get_args
 
+from ..compaction import SummaryRequest
 from ..exceptions import ConfigError
-from ..strategies._base import SummaryRequest
 from ._transcript import Language, detect_language, render_transcript
 
 __all__ = ["SAFETY_RULES", "PromptName", "PromptTemplate", "build_prompt", "get_prompt"]

@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from ..compaction import kind_of
 from ..messages import Message, tool_call_index, tool_name_for
 
-__all__ = ["Language", "detect_language", "render_transcript", "summary_kind"]
+__all__ = ["Language", "detect_language", "render_transcript"]
 
 Language = Literal["en", "zh"]
 
@@ -24,15 +25,6 @@ _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _OUR_TAGS = re.compile(
     r"</?(transcript|message|tool_call|tool_result|previous_summary|current_request)\b", re.I
 )
-
-
-def summary_kind(message: Message) -> str | None:
-    """The ``kind`` agentcontext gave a synthetic message (``"summary"``, ``"masked"``...), else None."""
-    meta = message.metadata.get("agentcontext")
-    if isinstance(meta, dict):
-        kind = meta.get("kind")
-        return kind if isinstance(kind, str) else None
-    return None
 
 
 def detect_language(messages: Iterable[Message]) -> Language:
@@ -46,7 +38,7 @@ def detect_language(messages: Iterable[Message]) -> Language:
     cjk = 0
     latin = 0
     for m in messages:
-        if m.role not in ("user", "assistant") or summary_kind(m) not in (None, "summary", "verbatim"):
+        if m.role not in ("user", "assistant") or kind_of(m) not in (None, "summary", "verbatim"):
             continue
         text = m.text
         cjk += len(_CJK.findall(text))
@@ -70,7 +62,7 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
     calls = tool_call_index(messages)
     lines: list[str] = ["<transcript>"]
     for i, m in enumerate(messages):
-        kind = summary_kind(m)
+        kind = kind_of(m)
         attrs = f'index="{i}" role="{m.role}"'
         if m.role == "tool":
             attrs += f' call_id="{m.tool_call_id}" tool="{tool_name_for(m, calls)}"'

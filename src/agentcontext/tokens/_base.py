@@ -146,6 +146,12 @@ class CounterStats:
     """The bound (`cache_size` given to the constructor)."""
 
 
+_RECENT_SIZE = 128
+"""How many recent texts `BaseTokenCounter.count_text` remembers."""
+_RECENT_MAX_CHARS = 16_384
+"""Longer texts are not remembered (at most 128 x 16k characters are kept alive)."""
+
+
 class BaseTokenCounter(ABC):
     """Shared logic of every counter: message overheads, tool calls, images, tools and a bounded cache.
 
@@ -186,6 +192,7 @@ class BaseTokenCounter(ABC):
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
         self._roles: dict[str, int] = {}
+        self._recent: dict[str, int] = {}
         self._texts = 0
         self._chars = 0
         self._hits = 0
@@ -227,7 +234,23 @@ class BaseTokenCounter(ABC):
         # threads collide, and these two numbers are statistics, not correctness.
         self._texts += 1
         self._chars += len(text)
-        return self._count(text)
+        if len(text) > _RECENT_MAX_CHARS:
+            return self._count(text)
+        # The same text is often counted twice in a row (ingest truncation checks a tool
+        # output, then the message is counted; a tool's name in every call): a small
+        # cache of recent texts spares the second tokenization. A str caches its hash,
+        # so a hit costs one dict lookup.
+        recent = self._recent
+        n = recent.get(text)
+        if n is None:
+            n = self._count(text)
+            if len(recent) >= _RECENT_SIZE:
+                try:  # the oldest (dicts keep insertion order); another thread may be at it too
+                    recent.pop(next(iter(recent)), None)
+                except (StopIteration, RuntimeError):
+                    pass
+            recent[text] = n
+        return n
 
     def count_message(self, message: Message) -> int:
         """Tokens ``message`` costs inside a prompt: framing, role, name, content, tool calls and images.
@@ -327,6 +350,7 @@ class BaseTokenCounter(ABC):
         """Forget every cached per-message count (statistics are kept)."""
         with self._lock:
             self._cache.clear()
+            self._recent.clear()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, cache_size={self._capacity})"

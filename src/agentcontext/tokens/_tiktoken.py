@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import tiktoken
 
 from ._base import DEFAULT_CACHE_SIZE, OPENAI_CHAT, BaseTokenCounter, ChatFormat
@@ -72,4 +74,24 @@ class TiktokenCounter(BaseTokenCounter):
         enc = self._enc
         if enc is None:
             enc = self.encoding
-        return len(enc.encode_ordinary(text))
+        if len(text) > _PIECE and _LONG_SPACE.search(text):
+            return _count_in_pieces(enc, text)
+        try:
+            return len(enc.encode_ordinary(text))
+        except BaseException as exc:  # tiktoken's Rust side panics (a BaseException) on some inputs
+            if type(exc).__name__ != "PanicException":
+                raise
+            return _count_in_pieces(enc, text)
+
+
+_PIECE = 65_536
+_LONG_SPACE = re.compile(rf"\s{{{_PIECE}}}")
+"""A whitespace run this long is counted in pieces: tiktoken panics (and prints a Rust backtrace) on runs
+of several hundred thousand."""
+
+
+def _count_in_pieces(enc: tiktoken.Encoding, text: str) -> int:
+    """Count text tiktoken cannot encode whole (its regex overflows its stack on a run of about a million
+    spaces): in pieces of 64k characters, plus one token per cut, so the count never falls short."""
+    pieces = [text[i : i + _PIECE] for i in range(0, len(text), _PIECE)]
+    return sum(len(enc.encode_ordinary(p)) for p in pieces) + len(pieces) - 1

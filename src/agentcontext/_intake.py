@@ -1,0 +1,290 @@
+"""The engine's intake: what is new since a state, repaired, cut at ingest and counted, in O(new).
+
+Every call starts here. Given the messages and the conversation's `EngineState`,
+it finds what is new (the state's output plus new messages, or its input plus
+new messages), repairs and truncates only that, and counts it on top of the
+state's running total, so a step costs O(new messages) whatever the history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._api import EngineState, _Floor
+from .compaction import Action, is_user_request
+from .exceptions import InvalidConversationError, UsageError
+from .messages import JSONValue, Message, MessageView, derive_id
+from .repair import RepairState, repair_messages
+from .tokens._base import BaseTokenCounter, TokenCounter
+from .tokens._tools import render_tools
+from .truncation import truncate_message
+
+if TYPE_CHECKING:
+    from .artifacts import ArtifactStore
+    from .truncation import ObservationTruncator
+
+__all__ = [
+    "Counted",
+    "InstructionTokens",
+    "ToolTokens",
+    "check_messages",
+    "check_sequence",
+    "count_new",
+    "floor_of",
+    "truncate_new",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counted:
+    messages: list[Message]
+    """The new messages after repairs and ingest truncation."""
+    counts: list[int]
+    """Their tokens."""
+    tokens: int
+    """Prompt tokens of the base, the new messages and the pending stubs, reply priming included."""
+    actions: list[Action]
+    repair: RepairState
+    stubs: tuple[Message, ...]
+    """Stub results for the calls still pending at the end (in the prompt, not in the lineage)."""
+    base: list[Message] | None
+    """The lineage's output list when the call extends it, else None (a full pass)."""
+    base_counts: list[int] | None
+    """The tokens of each message of ``base``."""
+    base_len: int
+    base_tokens: int
+    keep: int
+    """How many leading input messages the output (base + new) keeps unchanged."""
+    floor: _Floor | None
+    """The state's floor when the call extends it."""
+
+
+def count_new(
+    messages: Sequence[Message],
+    state: EngineState | None,
+    *,
+    counter: TokenCounter,
+    truncator: ObservationTruncator | None,
+    strict: bool,
+    reply_overhead: int,
+    commit: bool,
+    artifacts: ArtifactStore | None,
+) -> Counted:
+    """Repair, truncate and count what is new since ``state``'s call; O(new messages).
+
+    With ``commit`` the state's lineage is advanced in place (and the state
+    passed in becomes stale), else it is left as it was.
+    """
+    check_sequence(messages)
+    n = len(messages)
+    new: Sequence[Message] = messages
+    base: list[Message] | None = None
+    base_counts: list[int] | None = None
+    base_len = base_tokens = prefix_keep = 0
+    aligned = True
+    repair_state = RepairState()
+    floor: _Floor | None = None
+    if state is not None and n and state._current():
+        lineage = state._lineage
+        assert lineage is not None
+        out = lineage.out
+        if (
+            n >= state._in_len > 0
+            and messages[state._in_len - 1].id == state._in_last
+            and (messages[0].id == state._in_first)
+        ):
+            new = messages[state._in_len :]
+            base, base_counts = out, lineage.counts
+            aligned = state._in_keep == state._in_len == state._out_len
+            prefix_keep = state._in_keep
+        elif (
+            n >= state._out_len > 0
+            and messages[state._out_len - 1].id == out[state._out_len - 1].id
+            and (messages[0].id == out[0].id)
+        ):
+            new = messages[state._out_len :]
+            base, base_counts = out, lineage.counts
+        if base is not None:
+            base_len, base_tokens, floor = state._out_len, state._out_tokens, state._floor
+            if commit:
+                lineage.version += 1  # what follows changes the lineage: the state given is spent
+                repair_state = lineage.repair
+            else:
+                repair_state = lineage.repair.copy()
+    check_messages(new, n - len(new))
+    repaired, actions, repair_state = repair_messages(new, repair_state, strict=strict)
+    if strict and repair_state.pending:
+        pending = ", ".join(repr(c) for c in repair_state.pending)
+        raise InvalidConversationError(
+            f"the conversation ends with tool calls that were never answered ({pending}); append their "
+            "results before preparing, or drop strict=True to have stub results added"
+        )
+    processed = (
+        truncate_new(repaired, actions, truncator, counter, artifacts) if truncator is not None else repaired
+    )
+    stubs = tuple(repair_state.pending_stubs())
+    counts = [counter.count_message(m) for m in processed]
+    tokens = base_tokens + sum(counts)
+    tokens += sum(counter.count_message(m) for m in stubs) + reply_overhead
+    if aligned:
+        changed = next(
+            (i for i, (a, b) in enumerate(zip(new, processed, strict=False)) if a.id != b.id),
+            min(len(new), len(processed)),
+        )
+        keep = base_len + changed
+    else:
+        keep = prefix_keep
+    return Counted(
+        messages=processed,
+        counts=counts,
+        tokens=tokens,
+        actions=actions,
+        repair=repair_state,
+        stubs=stubs,
+        base=base,
+        base_counts=base_counts,
+        base_len=base_len,
+        base_tokens=base_tokens,
+        keep=keep,
+        floor=floor,
+    )
+
+
+def truncate_new(
+    messages: list[Message],
+    actions: list[Action],
+    truncator: ObservationTruncator,
+    counter: TokenCounter,
+    artifacts: ArtifactStore | None,
+) -> list[Message]:
+    """Cut tool outputs over the ingest limit (the full text goes to the artifact store)."""
+    if artifacts is not None and artifacts is not truncator.store:
+        truncator = dataclasses.replace(truncator, store=artifacts)
+    out: list[Message] = []
+    for m in messages:
+        if m.role == "tool" and "agentcontext" not in m.metadata:
+            short, result = truncate_message(m, truncator)
+            if result.truncated:
+                after = counter.count_message(short)
+                # The original is never tokenized whole here (megabytes of one repeated character cost
+                # seconds): its size is the truncator's count or estimate, put in the message's framing.
+                if result.original_tokens is not None and result.kept_tokens is not None:
+                    before = after - result.kept_tokens + result.original_tokens
+                else:
+                    before = counter.count_message(m)
+                actions.append(
+                    Action(
+                        kind="truncated",
+                        strategy="ingest",
+                        message_ids=(m.id,),
+                        replacement_ids=(short.id,),
+                        tokens_before=before,
+                        tokens_after=after,
+                        reason="tool output over the ingest limit; the full text is in the artifact store",
+                        refs=(str(result.ref),) if result.ref is not None else (),
+                    )
+                )
+                m = short
+        out.append(m)
+    return out
+
+
+def floor_of(counted: Counted, counter: TokenCounter) -> _Floor:
+    """The floor of the counted messages, from the remembered one and the new messages: O(new)."""
+    known = counted.floor if counted.floor is not None else _Floor()
+    head_len, head_tokens = known.head_len, known.head_tokens
+    new = counted.messages
+    if head_len == counted.base_len:  # the system head may continue into the new messages
+        for m in new:
+            if m.role != "system":
+                break
+            head_len += 1
+            head_tokens += counter.count_message(m)
+    user_tokens = known.user_tokens
+    for i in range(len(new) - 1, -1, -1):
+        if is_user_request(new[i]):
+            user_tokens = counter.count_message(new[i])
+            break
+    return _Floor(head_len=head_len, head_tokens=head_tokens, user_tokens=user_tokens)
+
+
+def check_sequence(messages: object) -> None:
+    """Refuse a container that is not a sequence of messages (a dict, a str, a generator), in O(1)."""
+    if type(messages) in (list, tuple, MessageView):
+        return
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+        raise UsageError(f"messages must be a list of Message objects, got {type(messages).__name__}")
+
+
+def check_messages(messages: Sequence[Message], offset: int) -> None:
+    """Refuse anything but `Message` objects, naming the first one and how to convert it (O(len))."""
+    check_sequence(messages)
+    for i, m in enumerate(messages):
+        if type(m) is not Message and not isinstance(m, Message):
+            hint = (
+                "; convert provider dicts first, e.g. agentcontext.formats.openai.to_messages(dicts)"
+                if isinstance(m, Mapping)
+                else ""
+            )
+            raise UsageError(
+                f"message {offset + i} is a {type(m).__name__}, not an agentcontext Message{hint}"
+            )
+
+
+class ToolTokens:
+    """Tokens of a request's tool definitions, counted once per distinct list of definition objects.
+
+    An agent sends the same definitions at every step; recognising them by
+    identity keeps a step O(new messages). Changing a definition's dict in
+    place is not seen: pass new dicts to change what is sent.
+    """
+
+    def __init__(self) -> None:
+        # One tuple, replaced whole: threads sharing an engine never see new tools with old tokens.
+        self._cached: tuple[tuple[Mapping[str, JSONValue], ...], int] = ((), 0)
+
+    def count(self, tools: Sequence[Mapping[str, JSONValue]] | None, counter: TokenCounter) -> int:
+        """Tokens ``tools`` add to a request (0 for none), in ``counter``'s framing."""
+        if not tools:
+            return 0
+        if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+            raise UsageError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
+        cached, cached_tokens = self._cached
+        if len(cached) == len(tools) and all(a is b for a, b in zip(cached, tools, strict=True)):
+            return cached_tokens
+        if isinstance(counter, BaseTokenCounter):
+            tokens = counter.count_tools(tools)
+        else:
+            tokens = counter.count_text(render_tools(tools))
+        self._cached = (tuple(tools), tokens)  # holding them keeps their ids unique
+        return tokens
+
+
+class InstructionTokens:
+    """Tokens of instructions sent outside the messages (a system prompt a framework keeps apart), cached.
+
+    They are framed as a system message would be. An agent sends the same text at
+    every step: the last one is remembered (by identity first, then by value).
+    """
+
+    def __init__(self) -> None:
+        self._cached: tuple[str, int] = ("", 0)
+
+    def count(self, instructions: str | None, counter: TokenCounter) -> int:
+        """Tokens ``instructions`` add to a request (0 for none)."""
+        if not instructions:
+            return 0
+        if not isinstance(instructions, str):
+            raise UsageError(f"instructions must be a str, got {type(instructions).__name__}")
+        text, tokens = self._cached
+        if text is instructions or text == instructions:
+            return tokens
+        framed = Message(
+            role="system", content=instructions, id=derive_id(None, "instructions:" + instructions)
+        )
+        tokens = counter.count_message(framed)
+        self._cached = (instructions, tokens)
+        return tokens

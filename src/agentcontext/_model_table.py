@@ -1,0 +1,356 @@
+"""The built-in model table: one row per model, each figure's provenance in its ``source``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TypeAlias
+
+from ._model_spec import CacheStyle, ModelSpec, Provider
+
+__all__ = ["BUILTIN_MODELS"]
+
+# --------------------------------------------------------------------------
+# The built-in table: one row per model, its figures' provenance in `_SOURCES`.
+# Read 2026-11-21. "Mirrored by" means the provider's own page was not in reach
+# and the figure comes from the named copies of it, which agreed with each other;
+# "not re-checked" marks a figure carried from the provider's docs without a
+# fresh reading.
+
+_READ = "read 2026-11-21"
+_OAI_PAGE = "OpenAI model page developers.openai.com/api/docs/models/{}, " + _READ
+_OAI_MIRROR = "OpenAI model and pricing pages as mirrored by {}, " + _READ
+_ANT_PRICING = "Anthropic pricing page platform.claude.com/docs/en/about-claude/pricing"
+_ANT_PAGE = (
+    "Anthropic model page platform.claude.com/docs/en/models/{}/overview and " + _ANT_PRICING + ", " + _READ
+)
+_ANT_LEGACY = "Anthropic legacy model, window and max output {}; prices per " + _ANT_PRICING + ", " + _READ
+_GEMINI = (
+    "Gemini API pricing ai.google.dev/gemini-api/docs/pricing as mirrored by deploybase.ai (2026-03), OpenRouter's "
+    "Gemini 2.5 Flash guide and aifreeapi (2026-01), "
+    + _READ
+    + "; limits (1,048,576 in / {} out) from Google's "
+    "Gemini model pages, not re-checked"
+)
+_GPT5 = "; 400,000 window of which at most 272,000 input (OpenAI gpt-5-nano page)"
+_OPEN = "; open weights: no list price (hosts set their own); the reply is bounded only by the window"
+_RETIRED_DS = "; the name was retired on 2026-07-24"
+_DS_RISE = "; DeepSeek announced an increase on 2026-08-06"
+
+_SOURCES: Mapping[str, str] = MappingProxyType(
+    {
+        "gpt-3.5-turbo": _OAI_PAGE.format("gpt-3.5-turbo"),
+        "gpt-4": _OAI_PAGE.format("gpt-4"),
+        "gpt-4-turbo": _OAI_PAGE.format("gpt-4-turbo") + " (and gpt-4-turbo-preview)",
+        "gpt-4o": _OAI_MIRROR.format(
+            "Vercel AI Gateway (limits), CommitBrief wiki 2026-05 and chatgptpricing (prices)"
+        ),
+        "gpt-4.1": _OAI_MIRROR.format("Vercel AI Gateway (limits, cache price) and Helicone (prices)"),
+        "gpt-4.1-small": _OAI_MIRROR.format(
+            "Vercel AI Gateway (limits), tokenmath 2026-06 and deploybase 2026-03"
+        )
+        + "; cached input at 25% of input (GPT-4.1 family, per adk-model)",
+        "gpt-5": _OAI_MIRROR.format("models.dev and chatgptpricing") + _GPT5,
+        "gpt-5-page": _OAI_PAGE.format("gpt-5-mini and gpt-5-nano") + _GPT5,
+        "gpt-5-pro": _OAI_MIRROR.format("deploybase 2026-03") + "; no cached-input price listed" + _GPT5,
+        "gpt-5.1": _OAI_MIRROR.format("deploybase 2026-03 and Expensify's cost estimator") + _GPT5,
+        "gpt-5.2": _OAI_MIRROR.format(
+            "Vercel AI Gateway (limits), SciCode's pricing script and adk-model (cache 10%)"
+        )
+        + _GPT5,
+        "gpt-5.4": _OAI_MIRROR.format(
+            "morphllm 2026-06, adk-model, OpenRouter and WaveSpeed (922K in + 128K out)"
+        )
+        + "; prompts over 272K input are billed at $5 in / $22.50 out",
+        "gpt-5.4-mini": _OAI_MIRROR.format(
+            "Vercel AI Gateway and OpenRouter (limits), morphllm 2026-06 (prices)"
+        ),
+        "gpt-5.5": _OAI_MIRROR.format("morphllm 2026-06 (prices, '1M' window) and Venice (128K output)")
+        + "; the exact window was not in reach, 1,000,000 is the conservative reading of '1M'",
+        "o1": _OAI_MIRROR.format("the openai-models crate (prices) and aimodelcalc 2026-05 (window)")
+        + "; 100,000 max output not re-checked",
+        "o3": _OAI_MIRROR.format("models.dev and deploybase 2026-03"),
+        "o3-mini": _OAI_MIRROR.format("deploybase 2026-03 and aimodelcalc 2026-05")
+        + "; cache 50% off per adk-model",
+        "claude-3": _ANT_LEGACY.format("as in Anthropic's models overview, not re-checked"),
+        "claude-3-5-haiku": _ANT_LEGACY.format("confirmed by Claude Code's model catalog (claudetto wiki)"),
+        "claude-4": _ANT_LEGACY.format("confirmed by FastGPT's provider table (PR #242)"),
+        "claude-sonnet-4-5": _ANT_PAGE.format("sonnet-4-5")
+        + "; 1M was a beta header, billed higher over 200K",
+        "claude-haiku-4-5": "Anthropic models overview platform.claude.com/docs/en/about-claude/models/overview "
+        "and " + _ANT_PRICING + ", " + _READ,
+        "claude-opus-4-5": _ANT_PAGE.format("opus-4-5"),
+        "claude-opus-4-6": _ANT_PAGE.format("opus-4-6"),
+        "claude-sonnet-4-6": _ANT_PAGE.format("sonnet-4-6"),
+        "claude-opus-4-7": "AWS Bedrock model card for Claude Opus 4.7 (limits) and "
+        + _ANT_PRICING
+        + ", "
+        + _READ,
+        "claude-opus-4-8": _ANT_PAGE.format("opus-4-8"),
+        "gemini-2.0": _GEMINI.format("8,192") + "; explicit context caching only, no implicit cache",
+        "gemini-2.0-lite": _GEMINI.format("8,192") + "; no context caching",
+        "gemini-2.5-pro": _GEMINI.format("65,536")
+        + "; implicit caching; prompts over 200K billed at $2.50 in / $15 out",
+        "gemini-2.5": _GEMINI.format("65,536") + "; implicit caching, cache reads 90% off",
+        "deepseek-v4-flash": "DeepSeek pricing (api-docs.deepseek.com/quick_start/pricing) as recorded by API "
+        "Evangelist (2026-05) and deepseek-mcp-server v2.0.0 (2026-06), " + _READ + _DS_RISE,
+        "deepseek-v4-pro": "DeepSeek pricing at V4 Pro GA (2026-08-12, apidog) and per API Evangelist, "
+        + _READ
+        + _DS_RISE,
+        "deepseek-chat": "DeepSeek V3.2 non-thinking, per Roo Code's provider table (2025-12-09), "
+        + _READ
+        + _RETIRED_DS,
+        "deepseek-reasoner": "DeepSeek V3.2 thinking mode: prices per Roo Code's provider table (2025-12-09), 64K max "
+        "output per DeepSeek's V3.2 docs (not re-checked), " + _READ + _RETIRED_DS,
+        "qwen3-max": "Vercel AI Gateway (limits) and Model Studio international pricing as recorded by API Evangelist "
+        "(2026-05), " + _READ + "; 0-32K input tier (128-252K: $3 in); cached price not found",
+        "qwen-max": "promptfoo's Alibaba provider docs (32K: 30,720 in, 8,192 out), "
+        + _READ
+        + "; prices not found",
+        "qwen2.5-72b": "Qwen2.5-72B-Instruct model card (131,072 context, 8,192 generation), not re-read when "
+        "compiling this table on 2026-11-21; open weights: no list price",
+        "kimi-k2": "lava.so's Moonshot docs (prices) and chatbase's Kimi K2 guide (262,144 window), "
+        + _READ
+        + "; retired 2026-05-25; max output bounded by the window",
+        "kimi-k2-0711": "OpenRouter's Kimi K2 listing (131K window), "
+        + _READ
+        + "; Moonshot's price not found",
+        "kimi-k2-late": "lava.so's Moonshot docs, "
+        + _READ
+        + "; retired in 2026; max output bounded by the window",
+        "kimi-k2.x": "chatbase's Kimi K2 guide and promptfoo's Moonshot docs (256K), "
+        + _READ
+        + "; prices not found",
+        "moonshot-v1": "promptfoo's Moonshot docs, " + _READ + "; prices not found",
+        "llama-3": "Meta Llama model cards (128K context), not re-read when compiling this table on 2026-11-21"
+        + _OPEN,
+        "llama-4": "Meta's Llama 4 release as summarised on Hugging Face (Scout 10M, Maverick 1M), "
+        + _READ
+        + _OPEN,
+    }
+)
+
+_Prices: TypeAlias = "tuple[float | None, float | None, float | None]"
+_NO_PRICE: tuple[None, None, None] = (None, None, None)
+_GPT4_TURBO_ALIASES = (
+    "gpt-4-turbo-preview",
+    "gpt-4-0125-preview",
+    "gpt-4-1106-preview",
+    "gpt-4-1106-vision-preview",
+)
+
+
+def _openai(
+    name: str, window: int, out: int, prices: _Prices, src: str, *, max_input_tokens: int | None = None
+) -> ModelSpec:
+    return _row(
+        name, "openai", window, out, prices, src, tokenizer="o200k_base", max_input_tokens=max_input_tokens
+    )
+
+
+def _gpt4(name: str, window: int, out: int, prices: _Prices, *, aliases: tuple[str, ...] = ()) -> ModelSpec:
+    return _row(name, "openai", window, out, prices, name, tokenizer="cl100k_base", aliases=aliases)
+
+
+def _claude(
+    name: str, window: int, out: int, inp: float, outp: float, src: str, *, aliases: tuple[str, ...] = ()
+) -> ModelSpec:
+    # Anthropic's multipliers are uniform across models: 5-minute cache writes
+    # cost 1.25x input, cache hits 0.1x (pricing page, "Prompt caching").
+    prices = (inp, round(inp * 0.1, 6), outp)
+    return _row(
+        name, "anthropic", window, out, prices, src, cache_write_price=round(inp * 1.25, 6), aliases=aliases
+    )
+
+
+def _row(
+    name: str,
+    provider: Provider,
+    window: int,
+    out: int,
+    prices: _Prices,
+    src: str,
+    *,
+    tokenizer: str = "estimate",
+    cache_style: CacheStyle | None = None,
+    cache_write_price: float | None = None,
+    max_input_tokens: int | None = None,
+    aliases: tuple[str, ...] = (),
+) -> ModelSpec:
+    inp, cached, outp = prices
+    if cache_style is None:
+        # The providers' own behaviour: Anthropic caches at explicit breakpoints;
+        # OpenAI caches prefixes automatically wherever it publishes a cached
+        # price, DeepSeek and Moonshot always do.
+        if provider == "anthropic":
+            cache_style = "explicit_breakpoints"
+        elif cached is not None or provider in ("deepseek", "moonshot"):
+            cache_style = "automatic_prefix"
+        else:
+            cache_style = "none"
+    return ModelSpec(
+        name=name,
+        provider=provider,
+        context_window=window,
+        max_output_tokens=out,
+        tokenizer=tokenizer,
+        input_price=inp,
+        cached_input_price=cached,
+        output_price=outp,
+        cache_write_price=cache_write_price,
+        cache_style=cache_style,
+        max_input_tokens=max_input_tokens,
+        aliases=aliases,
+        source=_SOURCES[src],
+    )
+
+
+_BUILTIN_SPECS: tuple[ModelSpec, ...] = (
+    # OpenAI, cl100k_base generation.
+    _gpt4("gpt-3.5-turbo", 16_385, 4_096, (0.50, None, 1.50)),
+    _gpt4("gpt-4", 8_192, 8_192, (30.0, None, 60.0)),
+    _gpt4("gpt-4-turbo", 128_000, 4_096, (10.0, None, 30.0), aliases=_GPT4_TURBO_ALIASES),
+    # OpenAI, o200k_base generation.
+    _openai("gpt-4o", 128_000, 16_384, (2.50, 1.25, 10.0), "gpt-4o"),
+    _openai("gpt-4o-mini", 128_000, 16_384, (0.15, 0.075, 0.60), "gpt-4o"),
+    _openai("gpt-4.1", 1_047_576, 32_768, (2.00, 0.50, 8.00), "gpt-4.1"),
+    _openai("gpt-4.1-mini", 1_047_576, 32_768, (0.40, 0.10, 1.60), "gpt-4.1-small"),
+    _openai("gpt-4.1-nano", 1_047_576, 32_768, (0.10, 0.025, 0.40), "gpt-4.1-small"),
+    _openai("gpt-5", 400_000, 128_000, (1.25, 0.125, 10.0), "gpt-5", max_input_tokens=272_000),
+    _openai("gpt-5-mini", 400_000, 128_000, (0.25, 0.025, 2.00), "gpt-5-page", max_input_tokens=272_000),
+    _openai("gpt-5-nano", 400_000, 128_000, (0.05, 0.005, 0.40), "gpt-5-page", max_input_tokens=272_000),
+    _openai("gpt-5-pro", 400_000, 128_000, (15.0, None, 120.0), "gpt-5-pro", max_input_tokens=272_000),
+    _openai("gpt-5.1", 400_000, 128_000, (1.25, 0.125, 10.0), "gpt-5.1", max_input_tokens=272_000),
+    _openai("gpt-5.2", 400_000, 128_000, (1.75, 0.175, 14.0), "gpt-5.2", max_input_tokens=272_000),
+    _openai("gpt-5.4", 1_050_000, 128_000, (2.50, 0.25, 15.0), "gpt-5.4", max_input_tokens=922_000),
+    _openai("gpt-5.4-mini", 400_000, 128_000, (0.75, 0.075, 4.50), "gpt-5.4-mini"),
+    _openai("gpt-5.5", 1_000_000, 128_000, (5.00, 0.50, 30.0), "gpt-5.5"),
+    _openai("o1", 200_000, 100_000, (15.0, 7.50, 60.0), "o1"),
+    _openai("o3", 200_000, 100_000, (2.00, 0.50, 8.00), "o3"),
+    _openai("o3-mini", 200_000, 100_000, (1.10, 0.55, 4.40), "o3-mini"),
+    _openai("o4-mini", 200_000, 100_000, (1.10, 0.275, 4.40), "o3"),
+    # Anthropic.
+    _claude(
+        "claude-3-5-sonnet", 200_000, 8_192, 3.0, 15.0, "claude-3", aliases=("claude-3-5-sonnet-latest",)
+    ),
+    _claude(
+        "claude-3-5-haiku",
+        200_000,
+        8_192,
+        0.80,
+        4.0,
+        "claude-3-5-haiku",
+        aliases=("claude-3-5-haiku-latest",),
+    ),
+    _claude(
+        "claude-3-7-sonnet", 200_000, 64_000, 3.0, 15.0, "claude-3", aliases=("claude-3-7-sonnet-latest",)
+    ),
+    _claude(
+        "claude-sonnet-4",
+        200_000,
+        64_000,
+        3.0,
+        15.0,
+        "claude-4",
+        aliases=("claude-sonnet-4-0", "claude-4-sonnet"),
+    ),
+    _claude(
+        "claude-opus-4", 200_000, 32_000, 15.0, 75.0, "claude-4", aliases=("claude-opus-4-0", "claude-4-opus")
+    ),
+    _claude("claude-opus-4-1", 200_000, 32_000, 15.0, 75.0, "claude-4"),
+    _claude("claude-sonnet-4-5", 200_000, 64_000, 3.0, 15.0, "claude-sonnet-4-5"),
+    _claude("claude-haiku-4-5", 200_000, 64_000, 1.0, 5.0, "claude-haiku-4-5"),
+    _claude("claude-opus-4-5", 200_000, 64_000, 5.0, 25.0, "claude-opus-4-5"),
+    _claude("claude-opus-4-6", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-6"),
+    _claude("claude-sonnet-4-6", 1_000_000, 128_000, 3.0, 15.0, "claude-sonnet-4-6"),
+    _claude("claude-opus-4-7", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-7"),
+    _claude("claude-opus-4-8", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-8"),
+    # Google Gemini 2.x. Input and output limits are separate; the window is the
+    # input limit, so the reserve comes out of it (conservative by 65K at most).
+    _row(
+        "gemini-2.0-flash", "google", 1_048_576, 8_192, (0.10, 0.025, 0.40), "gemini-2.0", cache_style="none"
+    ),
+    _row("gemini-2.0-flash-lite", "google", 1_048_576, 8_192, (0.075, None, 0.30), "gemini-2.0-lite"),
+    _row("gemini-2.5-pro", "google", 1_048_576, 65_536, (1.25, 0.125, 10.0), "gemini-2.5-pro"),
+    _row("gemini-2.5-flash", "google", 1_048_576, 65_536, (0.30, 0.03, 2.50), "gemini-2.5"),
+    _row("gemini-2.5-flash-lite", "google", 1_048_576, 65_536, (0.10, 0.01, 0.40), "gemini-2.5"),
+    # DeepSeek.
+    _row("deepseek-v4-flash", "deepseek", 1_000_000, 384_000, (0.14, 0.0028, 0.28), "deepseek-v4-flash"),
+    _row("deepseek-v4-pro", "deepseek", 1_000_000, 384_000, (0.435, 0.003625, 0.87), "deepseek-v4-pro"),
+    _row("deepseek-chat", "deepseek", 128_000, 8_192, (0.28, 0.028, 0.42), "deepseek-chat"),
+    _row("deepseek-reasoner", "deepseek", 128_000, 64_000, (0.28, 0.028, 0.42), "deepseek-reasoner"),
+    # Qwen (Alibaba Cloud Model Studio, international).
+    _row(
+        "qwen3-max", "qwen", 262_144, 65_536, (1.20, None, 6.00), "qwen3-max", cache_style="automatic_prefix"
+    ),
+    _row("qwen-max", "qwen", 32_768, 8_192, _NO_PRICE, "qwen-max", max_input_tokens=30_720),
+    _row("qwen2.5-72b", "qwen", 131_072, 8_192, _NO_PRICE, "qwen2.5-72b"),
+    # Moonshot Kimi.
+    _row(
+        "kimi-k2",
+        "moonshot",
+        262_144,
+        262_144,
+        (0.60, 0.15, 2.50),
+        "kimi-k2",
+        aliases=("kimi-k2-0905-preview", "kimi-k2-0905"),
+    ),
+    _row(
+        "kimi-k2-0711",
+        "moonshot",
+        131_072,
+        131_072,
+        _NO_PRICE,
+        "kimi-k2-0711",
+        aliases=("kimi-k2-0711-preview",),
+    ),
+    _row(
+        "kimi-k2-turbo",
+        "moonshot",
+        262_144,
+        262_144,
+        (1.15, 0.15, 8.00),
+        "kimi-k2-late",
+        aliases=("kimi-k2-turbo-preview",),
+    ),
+    _row("kimi-k2-thinking", "moonshot", 262_144, 262_144, (0.60, 0.15, 2.50), "kimi-k2-late"),
+    _row("kimi-k2.5", "moonshot", 262_144, 262_144, _NO_PRICE, "kimi-k2.x"),
+    _row("kimi-k2.6", "moonshot", 262_144, 262_144, _NO_PRICE, "kimi-k2.x"),
+    _row("moonshot-v1-8k", "moonshot", 8_192, 8_192, _NO_PRICE, "moonshot-v1"),
+    _row("moonshot-v1-32k", "moonshot", 32_768, 32_768, _NO_PRICE, "moonshot-v1"),
+    _row("moonshot-v1-128k", "moonshot", 131_072, 131_072, _NO_PRICE, "moonshot-v1"),
+    # Meta Llama (open weights). Windows are the models' native maxima; hosts
+    # often serve less, so register your host's figures when they differ.
+    *(
+        _row(name, "meta", 131_072, 131_072, _NO_PRICE, "llama-3")
+        for name in (
+            "llama-3.1-8b",
+            "llama-3.1-70b",
+            "llama-3.1-405b",
+            "llama-3.2-1b",
+            "llama-3.2-3b",
+            "llama-3.3-70b",
+        )
+    ),
+    _row(
+        "llama-4-scout",
+        "meta",
+        10_000_000,
+        10_000_000,
+        _NO_PRICE,
+        "llama-4",
+        aliases=("llama-4-scout-17b-16e",),
+    ),
+    _row(
+        "llama-4-maverick",
+        "meta",
+        1_000_000,
+        1_000_000,
+        _NO_PRICE,
+        "llama-4",
+        aliases=("llama-4-maverick-17b-128e",),
+    ),
+)
+
+BUILTIN_MODELS: Mapping[str, ModelSpec] = MappingProxyType({s.name.lower(): s for s in _BUILTIN_SPECS})
+"""The built-in table, keyed by lower-cased name. Read-only: `register` never changes it."""

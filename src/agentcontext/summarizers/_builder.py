@@ -1,0 +1,257 @@
+"""Reading a conversation into what an extractive summary can hold: the snapshot's raw material.
+
+`collect` walks the messages once: the user's goal and requests, the agent's steps (each tool
+call with a short form of its arguments and how it ended; the agent's own words), the files
+and records the calls changed, the errors met, the latest test run, the identifiers with where
+they were met (`IdentifierIndex`), and what an earlier summary held (ours: its items go back
+to their places; another writer's: its prose is kept as it is).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from ..compaction import SummaryRequest, kind_of
+from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
+from ._commands import (
+    brief_arguments,
+    edited_file,
+    error_lines,
+    failed,
+    file_op,
+    is_change,
+    is_verdict,
+    outcome,
+    test_summary,
+)
+from ._identifiers import extract_identifiers
+from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex
+from ._snapshot import LABELS, parse_snapshot, split_label
+from ._transcript import Language
+
+__all__ = ["State", "Step", "collect"]
+
+_CHANGE_LIMIT = 400
+"""Characters of arguments shown for a call that changed a record: its ids are the point."""
+
+
+@dataclass
+class Step:
+    """One step of the agent: a tool call and how it ended."""
+
+    seq: int
+    """Its place in the conversation (orders steps of one section)."""
+    text: str
+    failed: bool = False
+    change: bool = False
+    """A call that changed a record (``update_...``): listed with the changes."""
+
+
+@dataclass
+class State:
+    """What a summary holds, before it is fitted to a budget."""
+
+    goal: str | None = None
+    requests: list[str] = field(default_factory=list)
+    errors: dict[str, None] = field(default_factory=dict)
+    files: dict[str, set[str]] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    index: IdentifierIndex = field(default_factory=IdentifierIndex)
+    notes: list[str] = field(default_factory=list)
+    """agentcontext's own notes (an elision note, an earlier summary's ``note:`` items): kept if room is left."""
+    prior: list[tuple[str, str]] = field(default_factory=list)
+    """(section, text) of another writer's earlier summary (an LLM's), in its order: distilled
+    knowledge that exists nowhere else in the context, so it ranks right after the user's words."""
+    last: str | None = None
+    test: str | None = None
+    """The latest test run: its command and result."""
+
+    def add_file(self, path: str, op: str) -> None:
+        self.files.setdefault(path, set()).add(op)
+
+    def add_step(self, step: Step) -> None:
+        self.steps.append(step)
+
+
+def collect(request: SummaryRequest, lang: Language) -> State:
+    """The state of ``request``'s messages (and of the previous summary it carries)."""
+    state = State()
+    if request.previous_summary:
+        _merge_summary(state, request.previous_summary, when=0)
+    messages = request.messages
+    calls = tool_call_index(messages)
+    results: dict[str, Message] = {}
+    for m in messages:
+        if m.role == "tool" and m.tool_call_id is not None:
+            results.setdefault(m.tool_call_id, m)
+    for i, m in enumerate(messages, start=1):
+        kind = kind_of(m)
+        if kind == "summary":
+            _merge_summary(state, m.text, when=i)
+        elif kind == "elision":
+            state.notes.append(m.text)
+        elif kind != "summary_ack":
+            _add_message(state, m, i, calls, results, lang)
+    return state
+
+
+def _add_message(
+    state: State,
+    m: Message,
+    i: int,
+    calls: dict[str, tuple[int, ToolCall]],
+    results: dict[str, Message],
+    lang: Language,
+) -> None:
+    text = m.text
+    if kind_of(m) == "verbatim":
+        # Kept word for word next to the summary: point to it, do not repeat it.
+        if state.goal is None and m.role == "user":
+            state.goal = LABELS[lang]["goal_kept"]
+        return
+    if m.role in ("user", "system"):
+        if m.role == "user" and state.goal is None:
+            state.goal = text
+        else:
+            state.requests.append(text)
+        state.index.add_text(text, tier=USER, when=i)
+    elif m.role == "assistant":
+        if text.strip():
+            state.last = text
+            state.index.add_text(text, tier=AGENT, when=i)
+        for k, call in enumerate(m.tool_calls, start=1):
+            result = results.get(call.id)
+            _add_call(state, call.name, call.arguments, result, seq=i * 1000 + k, lang=lang)
+    else:
+        state.index.add_text(text, tier=OUTPUT, when=i)
+        for line in error_lines(text):
+            if is_verdict(line):
+                continue  # a test run's result, reported with the run
+            state.errors.pop(line, None)
+            state.errors[line] = None  # newest last
+        if m.tool_call_id not in calls:
+            name = tool_name_for(m, calls)
+            state.add_step(Step(seq=i * 1000, text=f"{name} → {outcome(text, lang)}", failed=failed(text)))
+
+
+def _add_call(
+    state: State, name: str, arguments: str, result: Message | None, *, seq: int, lang: Language
+) -> None:
+    when = seq // 1000
+    try:
+        parsed: JSONValue = json.loads(arguments)
+    except ValueError:
+        parsed = arguments
+    change = is_change(name, parsed)
+    brief = brief_arguments(arguments, _CHANGE_LIMIT if change else 160)
+    state.index.add_text(arguments, tier=TARGET, when=when)
+    command = f"{name} {arguments}"
+    for ident in extract_identifiers(arguments):
+        # ``/dev/null`` and friends are where output goes, not files the task works on.
+        if "://" in ident or ident.startswith("/dev/") or ident[0] in "0123456789$#":
+            continue
+        if "/" in ident or ("." in ident and not _imported(ident, arguments)):
+            state.add_file(ident, file_op(command, ident))
+    text = result.text if result is not None else ""
+    shell = parsed.get("command") if isinstance(parsed, dict) else parsed
+    if isinstance(shell, str) and result is not None:
+        edited = edited_file(shell, text)
+        if edited is not None:
+            state.add_file(edited, "modified")
+            state.index.add_text(edited, tier=TARGET, when=when)
+    done = outcome(text, lang, command=brief) if result is not None else None
+    step = Step(
+        seq=seq,
+        text=f"{name}: {brief}" + (f" → {done}" if done else ""),
+        failed=result is not None and failed(text),
+        change=change,
+    )
+    state.add_step(step)
+    if result is not None and test_summary(text, command=brief) is not None:
+        state.test = step.text
+
+
+def _imported(name: str, code: str) -> bool:
+    """True when ``name`` (``django.conf``) is a module the code imports, not a file it touches."""
+    return re.search(rf"\b(?:from|import)\s+{re.escape(name)}\b", code) is not None
+
+
+def _merge_summary(state: State, text: str, *, when: int) -> None:
+    """Fold an earlier summary in: its items return to their sections, its identifiers keep their tier.
+
+    An identifier keeps the importance it had (a file the agent changed stays a
+    file it changed), so re-summarizing does not slowly demote what the task
+    touched below what the newest tool output listed. Prose is not repeated:
+    items are re-chosen by the same priorities as new ones.
+    """
+    sections = parse_snapshot(text)
+    if sections is None:
+        state.prior.append(("key_knowledge", text.strip()))
+        state.index.add_text(text, tier=AGENT, when=when)
+        return
+    goal = sections.get("overall_goal")
+    if goal and state.goal is None:
+        state.goal = goal[0]
+        state.index.add_text(goal[0], tier=USER, when=when)
+    for item in sections.get("active_constraints", []):
+        state.requests.append(item)
+        state.index.add_text(item, tier=USER, when=when)
+    for item in sections.get("key_knowledge", []):
+        _merge_knowledge(state, item, when=when)
+    for key in ("artifact_trail", "file_system_state"):
+        for item in sections.get(key, []):
+            label, rest = split_label(item)
+            if label in ("read", "modified", "created", "deleted"):
+                for path in rest.split(", "):
+                    if path:
+                        state.add_file(path, label)
+                        state.index.add_text(path, tier=TARGET, when=when)
+            elif label == "changed":
+                state.add_step(Step(seq=when * 1000, text=rest, change=True))
+                state.index.add_text(rest, tier=TARGET, when=when)
+            else:
+                _keep_other(state, key, label, rest)
+                state.index.add_text(rest, tier=AGENT, when=when)
+    for item in sections.get("recent_actions", []):
+        _merge_step(state, item, when=when)
+    for item in sections.get("task_state", []):
+        label, rest = split_label(item)
+        if label == "last":
+            state.last = rest
+        elif label == "test":
+            state.test = rest
+        else:
+            _keep_other(state, "task_state", label, rest)
+        state.index.add_text(rest, tier=AGENT, when=when)
+
+
+def _merge_step(state: State, item: str, *, when: int) -> None:
+    command, _, result = item.partition(" → ")
+    state.add_step(Step(seq=when * 1000, text=item, failed=failed(result)))
+    state.index.add_text(command, tier=TARGET, when=when)
+    state.index.add_text(result, tier=OUTPUT, when=when)
+
+
+def _merge_knowledge(state: State, item: str, *, when: int) -> None:
+    label, rest = split_label(item)
+    if label == "error":
+        state.errors.setdefault(rest, None)
+        state.index.add_text(rest, tier=ERROR_NAME, when=when)
+    elif label in ("ids", "symbols"):
+        # The index was written best first: equal ranks keep that order (the sort is stable).
+        for ident in rest.split(", "):
+            if ident:
+                state.index.put(ident, (AGENT, 0, -1, -when))
+    else:
+        _keep_other(state, "key_knowledge", label, rest)
+        state.index.add_text(rest, tier=AGENT, when=when)
+
+
+def _keep_other(state: State, section: str, label: str | None, text: str) -> None:
+    """An item that is not one of ours: a note we wrote, or another writer's words (kept in place)."""
+    if label == "note":
+        state.notes.append(text)
+    else:
+        state.prior.append((section, text))
