@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from _sizes import runs
 from agentcontext.session import CorruptRecordWarning, Session, SQLiteStore
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
 
-KILLS = 50
+KILLS = runs(8, 50)
 
 _CHILD = textwrap.dedent(
     """

@@ -9,17 +9,20 @@ after every restart the restored session matches the live one in everything
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.engine import ContextEngine
 from agentcontext.exceptions import UsageError
 from agentcontext.messages import Message
 from agentcontext.session import MemoryStore, Session, SessionStore, SQLiteStore
 from agentcontext.testing import WordCounter, make_conversation
+from db_servers import database, unique, with_session
 
 _KINDS = (
     ["append"] * 4 + ["prepare"] * 3 + ["checkpoint"] * 2 + ["revert", "undo", "usage", "dmail", "reopen"]
@@ -129,7 +132,7 @@ def _run(store_factory: object, conversation_seed: int, ops: list[tuple[str, int
         session.close()
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), ops=OPS)
 def test_memory_sessions_restore_exactly(seed: int, ops: list[tuple[str, int]]) -> None:
     store = MemoryStore()
@@ -137,7 +140,7 @@ def test_memory_sessions_restore_exactly(seed: int, ops: list[tuple[str, int]]) 
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(15),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -155,3 +158,23 @@ def test_file_sessions_restore_exactly(
         return SQLiteStore(base / "run.db", fsync="never")
 
     _run(make, seed, ops)
+
+
+@pytest.fixture(scope="module", params=["postgres", "redis"])
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    with database(str(request.param)) as url:
+        yield url
+
+
+@settings(
+    max_examples=examples(8),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(seed=st.integers(0, 10_000), ops=OPS)
+def test_database_sessions_restore_exactly(seed: int, ops: list[tuple[str, int]], server: str) -> None:
+    from agentcontext.session.stores import open_store
+
+    url = with_session(server, unique("prop"))  # a new session per example
+    options = {"fsync": "never"} if url.startswith("postgresql") else {}
+    _run(lambda: open_store(url, **options), seed, ops)

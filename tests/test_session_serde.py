@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext import _serde
 from agentcontext._serde import (
     SCHEMA_VERSION,
@@ -32,6 +33,7 @@ from agentcontext.session import (
     HeaderRecord,
     MessageRecord,
     RevertRecord,
+    RewindRecord,
     UndoRecord,
     UsageRecord,
 )
@@ -49,7 +51,7 @@ def _roundtrip(m: Message) -> Message:
 # ----------------------------------------------------------------------------- messages
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(canonical_messages())
 def test_every_message_survives_the_codec(m: Message) -> None:
     back = _roundtrip(m)
@@ -57,7 +59,7 @@ def test_every_message_survives_the_codec(m: Message) -> None:
     assert back.id == m.id
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(canonical_conversations())
 def test_whole_conversations_survive_the_codec_with_metadata_and_extra(msgs: list[Message]) -> None:
     for m in msgs:
@@ -132,6 +134,7 @@ def _all_records() -> list[object]:
         UndoRecord(seq=6, ts="t", compaction=4),
         DMailRecord(seq=7, ts="t", checkpoint=0, text="go back"),
         DMailRecord(seq=8, ts="t", checkpoint=0, status="cancelled"),
+        RewindRecord(seq=9, ts="t", length=1),
     ]
 
 
@@ -150,6 +153,7 @@ def test_the_registered_types_are_exactly_the_documented_ones() -> None:
         "header",
         "message",
         "revert",
+        "rewind",
         "undo",
         "usage",
     )
@@ -276,7 +280,7 @@ def test_upcasting_is_deterministic_so_ids_are_stable_across_restores() -> None:
 @given(
     st.lists(st.sampled_from(["user", "assistant", "_usage", "_checkpoint", "tool", "_weird"]), max_size=12)
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_the_upcaster_never_raises_on_odd_v0_lines(roles: list[str]) -> None:
     pairs = []
     for i, role in enumerate(roles):

@@ -1,4 +1,8 @@
-"""Session stores: the protocol's promises on JSONL, SQLite and memory, and each store's own."""
+"""Session stores: the protocol's promises on JSONL, SQLite, memory, PostgreSQL and Redis, and each store's own.
+
+The PostgreSQL and Redis cases run against the real servers (see ``db_servers.py``), each
+test on its own session of a schema / key prefix made for this module.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,9 +31,13 @@ from agentcontext.session import (
     SessionStore,
     SQLiteStore,
     StorePathError,
+    SupportsLease,
 )
+from agentcontext.session.stores import open_store
+from db_servers import database, unique, with_session
 
-KINDS = ["jsonl", "sqlite", "memory"]
+KINDS = ["jsonl", "sqlite", "memory", "postgres", "redis"]
+SHARED = ["sqlite", "memory", "postgres", "redis"]  # two store objects can write one session
 Factory = Callable[..., SessionStore]
 
 
@@ -41,8 +50,28 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with database("postgres") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with database("redis") as url:
+        yield url
+
+
 @pytest.fixture
-def make(kind: str, tmp_path: Path) -> Iterator[Factory]:
+def server_url(kind: str, request: pytest.FixtureRequest) -> str:
+    """The URL of this test's own session on the shared server ("" for the embedded stores)."""
+    if kind not in ("postgres", "redis"):
+        return ""
+    return with_session(request.getfixturevalue(f"{kind}_url"), unique("s"))
+
+
+@pytest.fixture
+def make(kind: str, tmp_path: Path, server_url: str) -> Iterator[Factory]:
     opened: list[SessionStore] = []
     memory = MemoryStore()
 
@@ -52,8 +81,10 @@ def make(kind: str, tmp_path: Path) -> Iterator[Factory]:
             store = JSONLStore(tmp_path / "s.jsonl", **kwargs)  # type: ignore[arg-type]
         elif kind == "sqlite":
             store = SQLiteStore(tmp_path / "s.db", **kwargs)  # type: ignore[arg-type]
-        else:
+        elif kind == "memory":
             store = memory
+        else:
+            store = open_store(server_url, **kwargs)
         opened.append(store)
         return store
 
@@ -98,7 +129,7 @@ def test_an_append_with_a_stale_expected_seq_is_refused_and_writes_nothing(make:
 
 
 def test_a_damaged_record_is_skipped_with_a_warning_that_names_it(
-    kind: str, make: Factory, tmp_path: Path
+    kind: str, make: Factory, tmp_path: Path, server_url: str
 ) -> None:
     store = make()
     store.open(create=True)
@@ -114,10 +145,13 @@ def test_a_damaged_record_is_skipped_with_a_warning_that_names_it(
         with sqlite3.connect(tmp_path / "s.db") as db:
             db.execute("UPDATE records SET body = 'not json' WHERE seq = 1")
         where = "seq 1"
-    else:
+    elif kind == "memory":
         assert isinstance(store, MemoryStore)
         store.lines[1] = "[1, 2"
         where = "line 2"
+    else:
+        _damage(kind, store, server_url, seq=1, body="not json")
+        where = "seq 1"
     again = make()
     again.open(create=False)
     with pytest.warns(CorruptRecordWarning, match=f"{where}.*skipped"):
@@ -137,7 +171,9 @@ def test_many_damaged_records_give_a_bounded_number_of_warnings(tmp_path: Path) 
     assert "40 more" in str(caught[-1].message)
 
 
-def test_replace_keeps_the_old_log_as_a_backup(kind: str, make: Factory, tmp_path: Path) -> None:
+def test_replace_keeps_the_old_log_as_a_backup(
+    kind: str, make: Factory, tmp_path: Path, server_url: str
+) -> None:
     store = make()
     store.open(create=True)
     list(store.load())
@@ -154,15 +190,30 @@ def test_replace_keeps_the_old_log_as_a_backup(kind: str, make: Factory, tmp_pat
         with sqlite3.connect(tmp_path / "s.db") as db:
             rows = db.execute("SELECT seq, body FROM records_backup ORDER BY seq").fetchall()
         assert [json.loads(body)["text"] for _, body in rows] == ["old", "old"]
-    else:
+    elif kind == "memory":
         assert isinstance(store, MemoryStore)
         assert len(store.backups) == 1 and len(store.backups[0]) == 2
+    else:
+        assert [json.loads(b)["text"] for b in _backup_bodies(kind, store)] == ["old", "old"]
+        assert store.location.split("#")[0] in where
 
 
-def test_default_artifacts_belong_to_the_session(kind: str, make: Factory, tmp_path: Path) -> None:
-    artifacts = make().default_artifacts()
+def test_default_artifacts_belong_to_the_session(
+    kind: str, make: Factory, tmp_path: Path, server_url: str
+) -> None:
+    store = make()
+    artifacts = store.default_artifacts()
     if kind == "memory":
         assert isinstance(artifacts, MemoryArtifactStore)
+    elif kind in ("postgres", "redis"):
+        # In the database, so every worker recalls what any worker offloaded; gone with the session.
+        store.open(create=True)
+        ref = artifacts.put("a long tool output " * 100)
+        assert artifacts.get(ref) == "a long tool output " * 100 and ref in artifacts
+        other = open_store(server_url + "-other")
+        other.open(create=True)
+        assert ref not in other.default_artifacts()
+        other.close()
     else:
         assert isinstance(artifacts, FileArtifactStore)
         assert artifacts.directory.parent.parent == tmp_path or artifacts.directory.parent == tmp_path
@@ -454,3 +505,205 @@ def test_sqlite_artifact_directories_never_take_their_name_from_an_odd_session_i
     directory = store.default_artifacts().directory  # type: ignore[attr-defined]
     assert directory.parent == tmp_path / "runs.artifacts"
     assert directory.name.startswith("s-") and ".." not in directory.name
+
+
+def _damage(kind: str, store: SessionStore, url: str, *, seq: int, body: str) -> None:
+    """Overwrite one stored record's body behind the store's back."""
+    if kind == "postgres":
+        import psycopg
+
+        from agentcontext.session.stores import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(store.conninfo, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{store.schema}".agentcontext_records SET body = %s WHERE session_id = %s AND seq = %s',
+                (body, store.session_id, seq),
+            )
+    else:
+        import redis
+
+        from agentcontext.session.stores import RedisStore
+
+        assert isinstance(store, RedisStore)
+        client = redis.Redis.from_url(store.url)
+        client.hset(f"{store.prefix}:{{{store.session_id}}}:records", str(seq), body)
+        client.close()
+
+
+def _backup_bodies(kind: str, store: SessionStore) -> list[str]:
+    if kind == "postgres":
+        import psycopg
+
+        from agentcontext.session.stores import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(store.conninfo) as conn:
+            rows = conn.execute(
+                f'SELECT body FROM "{store.schema}".agentcontext_records_backup WHERE session_id = %s ORDER BY seq',
+                (store.session_id,),
+            ).fetchall()
+        return [r[0] for r in rows]
+    import redis
+
+    from agentcontext.session.stores import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client = redis.Redis.from_url(store.url)
+    stored = client.hgetall(f"{store.prefix}:{{{store.session_id}}}:backup:1")
+    client.close()
+    return [stored[k].decode() for k in sorted(stored, key=int)]
+
+
+# ----------------------------------------------------------------------------- catching up and leases
+
+
+def test_load_after_a_seq_reads_only_the_newer_records(make: Factory) -> None:
+    store = make()
+    store.open(create=True)
+    list(store.load())
+    store.append([_rec(i) for i in range(10)], expected_seq=0)
+    assert [r["seq"] for r in (x.data for x in store.load(after=6))] == [7, 8, 9]
+    assert list(store.load(after=9)) == []
+    store.append([_rec(10)], expected_seq=10)
+    assert [x.data["seq"] for x in store.load(after=9)] == [10]
+    assert [x.data["seq"] for x in store.load()] == list(range(11))
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_the_loser_of_a_race_reads_what_it_missed_and_retries(make: Factory) -> None:
+    first, second = make(), make()
+    for s in (first, second):
+        s.open(create=True)
+        list(s.load())
+    first.append([_rec(0, "first"), _rec(1, "first")], expected_seq=0)
+    with pytest.raises(ConcurrencyError, match="expected to write seq 0, but the log ends at seq 1"):
+        second.append([_rec(0, "second")], expected_seq=0)
+    missed = [r.data for r in second.load(after=-1)]
+    assert [r["text"] for r in missed] == ["first", "first"]
+    second.append([_rec(2, "second")], expected_seq=2)
+    with pytest.raises(ConcurrencyError):
+        first.append([_rec(2, "first again")], expected_seq=2)
+    assert [r.data["text"] for r in first.load(after=1)] == ["second"]
+    assert [r["text"] for r in _load(first)] == ["first", "first", "second"]
+
+
+def test_a_jsonl_reader_follows_the_writer_reading_only_new_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    writer = JSONLStore(path)
+    writer.open(create=True)
+    writer.append([_rec(i) for i in range(3)], expected_seq=0)
+    reader = JSONLStore(path, read_only=True)
+    reader.open(create=False)
+    assert [r["seq"] for r in _load(reader)] == [0, 1, 2]
+    # Damage a line the reader has read: a catch-up that re-read the file would warn about it.
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b'"seq":1,', b'"seq":1 ', 1))
+    writer.append([_rec(3), _rec(4)], expected_seq=3)
+    assert [r.data["seq"] for r in reader.load(after=2)] == [3, 4]  # no CorruptRecordWarning: line 2 not read
+    with path.open("ab") as handle:
+        handle.write(dumps(_rec(5)).encode()[:10])  # an append in flight: not read until it is whole
+    assert list(reader.load(after=4)) == []
+    with path.open("ab") as handle:
+        handle.write(dumps(_rec(5)).encode()[10:] + b"\n")
+    assert [(r.where, r.data["seq"]) for r in reader.load(after=4)] == [("line 6", 5)]
+    writer.close()
+
+
+def test_a_lease_has_one_holder_until_released_or_expired(kind: str, make: Factory) -> None:
+    store = make()
+    store.open(create=True)
+    list(store.load())
+    assert isinstance(store, SupportsLease)
+    assert store.acquire_lease("worker-a", 30)
+    assert not store.acquire_lease("worker-b", 30)
+    assert store.acquire_lease("worker-a", 30)  # the holder renews
+    assert not store.release_lease("worker-b")
+    assert store.release_lease("worker-a")
+    assert not store.release_lease("worker-a")
+    assert store.acquire_lease("worker-b", 0.05)
+    time.sleep(0.2)  # past the lease's ttl: it lapsed, as a killed holder's would
+    assert store.acquire_lease("worker-a", 30)
+    assert not store.release_lease("worker-b")  # an expired lease is no longer its holder's to release
+    with pytest.raises(ConfigError, match="ttl"):
+        store.acquire_lease("worker-a", 0)
+    with pytest.raises(ConfigError, match="owner"):
+        store.acquire_lease("", 1)
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_two_store_objects_share_one_lease(make: Factory) -> None:
+    first, second = make(), make()
+    for s in (first, second):
+        s.open(create=True)
+    assert isinstance(first, SupportsLease) and isinstance(second, SupportsLease)
+    assert first.acquire_lease("a", 30)
+    assert not second.acquire_lease("b", 30)
+    assert first.release_lease("a")
+    assert second.acquire_lease("b", 30)
+
+
+# ----------------------------------------------------------------------------- retrying through broken connections
+
+
+class _Broken(ConnectionError):
+    """Stands for a dropped connection (what the network stores retry)."""
+
+
+def test_an_append_whose_reply_was_lost_is_not_written_twice() -> None:
+    from agentcontext.session.stores._base import retry_append
+
+    log: list[str] = []
+    attempts = 0
+
+    def attempt() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            log.append("batch")  # committed ...
+            raise _Broken("connection reset")  # ... but the reply never came
+        if log:
+            raise ConcurrencyError("the seq is taken")
+        log.append("batch")
+
+    retry_append(attempt, lambda: log == ["batch"], transient=(_Broken,), location="db", timeout=5)
+    assert log == ["batch"] and attempts == 2
+
+
+def test_a_lost_race_after_a_broken_connection_is_still_a_lost_race() -> None:
+    from agentcontext.session.stores._base import retry_append
+
+    calls = iter([_Broken("reset"), ConcurrencyError("another writer")])
+
+    def attempt() -> None:
+        raise next(calls)
+
+    with pytest.raises(ConcurrencyError, match="another writer"):
+        retry_append(attempt, lambda: False, transient=(_Broken,), location="db", timeout=5)
+
+    def lost() -> None:
+        raise ConcurrencyError("another writer")
+
+    def written() -> bool:
+        pytest.fail("written() is asked only after a broken connection")
+
+    with pytest.raises(ConcurrencyError):  # a plain lost race: no second look
+        retry_append(lost, written, transient=(_Broken,), location="db", timeout=5)
+
+
+def test_retrying_gives_up_with_a_clear_error_when_the_time_is_up() -> None:
+    from agentcontext.exceptions import StoreUnavailableError
+    from agentcontext.session.stores._base import retry
+
+    tries = 0
+
+    def down() -> None:
+        nonlocal tries
+        tries += 1
+        raise _Broken("connection refused")
+
+    with pytest.raises(
+        StoreUnavailableError, match=r"cannot reach db \(_Broken: connection refused\); gave up after"
+    ):
+        retry(down, transient=(_Broken,), location="db", timeout=0.2)
+    assert tries >= 2  # it did retry, with backoff, before giving up

@@ -26,6 +26,7 @@ from ._records import (
     MessageRecord,
     Record,
     RevertRecord,
+    RewindRecord,
     UndoRecord,
     UsageRecord,
 )
@@ -33,10 +34,13 @@ from ._session import Session
 from ._types import DMAIL_TEMPLATE, Checkpoint, DMail, SupportsCalibration, UsageTotals
 from ._view import SessionView
 from .stores import (
+    AsyncSessionStore,
     CorruptRecordWarning,
     FsyncPolicy,
     JSONLStore,
     MemoryStore,
+    SessionDatabase,
+    SessionInfo,
     SessionNotFoundError,
     SessionStore,
     SessionWarning,
@@ -44,7 +48,10 @@ from .stores import (
     StoredRecord,
     StorePathError,
     StorePermissionError,
+    SupportsLease,
     UnknownRecordWarning,
+    open_database,
+    open_store,
 )
 
 __all__ = [
@@ -52,6 +59,7 @@ __all__ = [
     "DMAIL_TOOL_DESCRIPTION",
     "RECALL_TOOL_DESCRIPTION",
     "SCHEMA_VERSION",
+    "AsyncSessionStore",
     "Checkpoint",
     "CheckpointRecord",
     "CompactionRecord",
@@ -65,8 +73,11 @@ __all__ = [
     "MessageRecord",
     "Record",
     "RevertRecord",
+    "RewindRecord",
     "SQLiteStore",
     "Session",
+    "SessionDatabase",
+    "SessionInfo",
     "SessionNotFoundError",
     "SessionStore",
     "SessionView",
@@ -75,6 +86,7 @@ __all__ = [
     "StorePermissionError",
     "StoredRecord",
     "SupportsCalibration",
+    "SupportsLease",
     "UndoRecord",
     "UnknownRecord",
     "UnknownRecordWarning",
@@ -82,6 +94,8 @@ __all__ = [
     "UsageTotals",
     "dmail_tool_anthropic",
     "dmail_tool_openai",
+    "open_database",
+    "open_store",
     "recall_tool_anthropic",
     "recall_tool_openai",
 ]

@@ -1,7 +1,7 @@
 """The D-Mail tool for models: list checkpoints on demand, send a message back to one.
 
-Seed 003 let the model name checkpoints by appending a ``<system>CHECKPOINT
-n</system>`` user message at every step, which ate context all the time for a
+Kimi CLI lets the model name checkpoints by appending a ``<system>CHECKPOINT
+n</system>`` user message at every step, which eats context all the time for a
 tool used rarely. Here the model asks for the list only when it wants to send
 a D-Mail: call the tool without a checkpoint and the result lists them (id,
 label, size of the view then); call it with one and the D-Mail is queued for

@@ -8,11 +8,12 @@ these records by replaying them in order; nothing is ever updated in place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from .._serde import record_type
+from ..compaction import Compaction
 from ..messages import JSONValue, Message
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "MessageRecord",
     "Record",
     "RevertRecord",
+    "RewindRecord",
     "UndoRecord",
     "UsageRecord",
 ]
@@ -109,6 +111,35 @@ class CompactionRecord:
     tokens_before: int | None = None
     tokens_after: int | None = None
 
+    @classmethod
+    def of(
+        cls,
+        compaction: Compaction,
+        *,
+        seq: int,
+        ts: str | None,
+        tail: Sequence[Message],
+        known: Mapping[str, Message],
+    ) -> CompactionRecord:
+        """The record of ``compaction``: its messages (``tail``) by id, in full where ``known`` lacks them.
+
+        ``tail`` is the compaction's messages, followed by any the view gained
+        while the engine ran (they stay after it).
+        """
+        return cls(
+            seq=seq,
+            ts=ts,
+            keep=compaction.keep,
+            view=tuple(m.id for m in tail),
+            replacements=tuple({m.id: m for m in tail if m.id not in known}.values()),
+            covers=compaction.removed,
+            actions=tuple(a.to_dict() for a in compaction.actions),
+            compacted=compaction.compacted,
+            level=compaction.level.label,
+            tokens_before=compaction.tokens_before,
+            tokens_after=compaction.tokens_after,
+        )
+
 
 @record_type("revert")
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +151,19 @@ class RevertRecord:
     checkpoint: int
     dmail: int | None = None
     """The seq of the D-Mail this revert delivered, if any."""
+
+
+@record_type("rewind")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RewindRecord:
+    """The view was cut back to its first ``length`` messages (the newest ones taken back).
+
+    Like a revert, it deletes nothing: the messages stay in the log, recallable by id.
+    """
+
+    seq: int
+    ts: str | None = None
+    length: int
 
 
 @record_type("undo")
@@ -152,6 +196,7 @@ Record = (
     | CheckpointRecord
     | CompactionRecord
     | RevertRecord
+    | RewindRecord
     | UndoRecord
     | DMailRecord
 )

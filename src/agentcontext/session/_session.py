@@ -26,7 +26,7 @@ D-Mails. The view is what replaying the records gives, so restoring a session
 (`Session.open` on an existing file) rebuilds exactly the view it had, without
 running the engine again, and nothing is ever deleted or rewritten.
 
-Compared with seed 003 (Kimi CLI's ``Context``), which this redoes:
+Compared with Kimi CLI's ``Context``, whose design this takes up:
 
 - **Checkpoint ids never reset.** Kimi restarts them at 0 after every compaction,
   so a D-Mail aimed at an older checkpoint lands somewhere else. Here ids are
@@ -56,23 +56,30 @@ the second writer).
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
+import contextlib
+import os
+import socket
+import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .. import _serde
+from .._api import EngineState
 from .._serde import RecordDecodeError, UnknownRecord
-from ..artifacts import ArtifactStore, MemoryArtifactStore
+from ..artifacts import ArtifactStore
 from ..exceptions import (
+    ConcurrencyError,
     ConfigError,
     InvalidMessageError,
     RecallError,
+    SessionLockedError,
     UsageError,
 )
-from ..messages import Message
+from ..messages import Message, new_id
 from ..tokens._base import TokenCounter
 from ._dmail import answer_dmail_call
 from ._recall import RecallSources, answer_recall_call, parse_recall_ref, recall_text
@@ -82,10 +89,11 @@ from ._records import (
     DMailRecord,
     MessageRecord,
     RevertRecord,
+    RewindRecord,
     UndoRecord,
     UsageRecord,
 )
-from ._state import SessionState, _is_pending_stub, _now, read_log
+from ._state import SessionState, _now, read_log
 from ._types import (
     DEFAULT_RECALL_MAX_CHARS,
     DMAIL_TEMPLATE,
@@ -95,20 +103,27 @@ from ._types import (
     UsageTotals,
 )
 from ._view import SessionView, ViewState
+from .stores import open_store
 from .stores._base import (
     CorruptRecordWarning,
     FsyncPolicy,
     SessionStore,
+    SupportsLease,
 )
-from .stores.jsonl import JSONLStore
 
 if TYPE_CHECKING:
-    from ..engine import ContextEngine, Prepared
+    from ..engine import Engine, Prepared, ToolDefinitions
 
 __all__ = ["Session"]
 
+DEFAULT_LEASE_TTL = 90.0
+"""Seconds one `Session.prepare` may hold a shared session's lease (a killed holder blocks others this long)."""
 
-class Session(SessionState):
+_RACES = 8
+"""How many times a write that lost a race to another writer is caught up and tried again."""
+
+
+class Session:
     """One agent conversation, persisted as an append-only log (see the module docstring).
 
     Make one with `Session.open` (a JSON Lines file, the default) or
@@ -120,10 +135,11 @@ class Session(SessionState):
         self,
         store: SessionStore,
         *,
-        engine: ContextEngine | None = None,
+        engine: Engine | None = None,
         counter: TokenCounter | None = None,
         artifacts: ArtifactStore | None = None,
         recall_max_chars: int = DEFAULT_RECALL_MAX_CHARS,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         """Set up a session on ``store`` without reading it; prefer `open` / `from_store`."""
         if not isinstance(store, SessionStore):
@@ -136,16 +152,29 @@ class Session(SessionState):
             or recall_max_chars < 100
         ):
             raise ConfigError(f"recall_max_chars must be an int >= 100, got {recall_max_chars!r}")
-        super().__init__(store, engine=engine)
+        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int | float) or not lease_ttl > 0:
+            raise ConfigError(f"lease_ttl must be a positive number of seconds, got {lease_ttl!r}")
+        self._log = SessionState(store, on_rewrite=self._view_rewritten)
+        # Several workers may write this session (a database store): catch up before each step, and hold
+        # the session's lease while preparing, so that no two workers summarize the same span.
+        self._shared = bool(getattr(store, "shared", False)) and isinstance(store, SupportsLease)
+        self._lease_ttl = float(lease_ttl)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{new_id()[4:]}"
+        self._engine = engine
+        # The engine's state for this view (O(new) prepare while the view only grows), and the view
+        # length the engine last returned (what a usage record covers).
+        self._engine_state = EngineState.new()
+        self._prepared_len: int | None = None
         self._counter = counter if counter is not None else (engine.counter if engine is not None else None)
         self._artifacts: ArtifactStore = artifacts if artifacts is not None else store.default_artifacts()
-        self._other_artifacts: tuple[ArtifactStore, ...] = ()
         self.recall_max_chars = recall_max_chars
         self._last_prompt: Sequence[Message] | None = None
-        if engine is not None:
-            self._attach_engine(engine)
+        self._async_locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def _view_rewritten(self) -> None:
+        """The view was replaced rather than extended: what was tied to the old one goes."""
+        self._engine_state = EngineState.new()
+        self._prepared_len = None
         self._last_prompt = None  # the prompt it came from is no longer the view's
 
     # ------------------------------------------------------------------ opening
@@ -153,47 +182,61 @@ class Session(SessionState):
     @classmethod
     def open(
         cls,
-        path: str | Path,
+        location: str | Path,
         *,
-        engine: ContextEngine | None = None,
+        engine: Engine | None = None,
         counter: TokenCounter | None = None,
         create: bool = True,
         read_only: bool = False,
-        fsync: FsyncPolicy = "always",
-        fsync_interval: float = 1.0,
+        fsync: FsyncPolicy | None = None,
+        fsync_interval: float | None = None,
         artifacts: ArtifactStore | None = None,
         recall_max_chars: int = DEFAULT_RECALL_MAX_CHARS,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> Session:
-        """Open (or create) the session in a JSON Lines file, restoring what it holds.
+        """Open (or create) the session at ``location``, restoring what it holds.
 
         Args:
-            path: the session file, e.g. ``"runs/task-42.jsonl"``.
-            engine: the `ContextEngine` `prepare` runs; its ingest truncator is
-                pointed at the session's artifact directory (``<stem>.artifacts/``)
-                so offloaded tool outputs survive a restart and stay recallable.
+            location: a JSON Lines file (``"runs/task-42.jsonl"``, the default store), or a database
+                URL (``sqlite:///runs.db?session=ID``, ``postgresql://...?session=ID``,
+                ``redis://...?session=ID``; see `agentcontext.session.stores.open_store`).
+            engine: the engine `prepare` runs (a `ContextEngine`, or anything implementing
+                `Engine`); its ingest truncation keeps full tool outputs in the session's
+                artifact store (``<stem>.artifacts/`` beside a file), so they survive a restart and
+                stay recallable.
             counter: counts tokens for `tokens` (default: the engine's counter).
-            create: start a new session when the file does not exist (default True).
+            create: start a new session when there is none (default True).
             read_only: read without locking or writing (inspection, a second reader).
-            fsync: `FsyncPolicy` for appends; default ``"always"``.
+            fsync: `FsyncPolicy` for appends, for the stores that take one (default: the store's,
+                ``"always"`` for files).
             fsync_interval: seconds between syncs for ``fsync="interval"``.
-            artifacts: where offloaded outputs live (default ``<stem>.artifacts/``).
+            artifacts: where offloaded outputs live (default: the store's own).
             recall_max_chars: page size of `handle_recall`; default 20,000.
+            lease_ttl: on a store several workers share, how long one `prepare` may hold the
+                session's lease (so that no two workers summarize the same span); a killed holder
+                blocks the others at most this long. Default 90 seconds.
 
         Raises:
-            SessionNotFoundError: no file and ``create`` is False (or ``read_only``).
+            ConfigError: a location no store understands, or an option its store does not take.
+            SessionNotFoundError: no session and ``create`` is False (or ``read_only``).
             StorePathError: the path is a directory or not a regular file.
             StorePermissionError: the file or its directory cannot be accessed.
             SessionLockedError: another process has the session open for writing.
             StoreError: the log was written by a newer schema and ``read_only`` is False.
         """
-        store = JSONLStore(path, fsync=fsync, fsync_interval=fsync_interval, read_only=read_only)
+        options: dict[str, object] = {"read_only": read_only}
+        if fsync is not None:
+            options["fsync"] = fsync
+        if fsync_interval is not None:
+            options["fsync_interval"] = fsync_interval
         return cls.from_store(
-            store,
+            open_store(location, **options),
             engine=engine,
             counter=counter,
             create=create,
             artifacts=artifacts,
             recall_max_chars=recall_max_chars,
+            lease_ttl=lease_ttl,
         )
 
     @classmethod
@@ -201,11 +244,12 @@ class Session(SessionState):
         cls,
         store: SessionStore,
         *,
-        engine: ContextEngine | None = None,
+        engine: Engine | None = None,
         counter: TokenCounter | None = None,
         create: bool = True,
         artifacts: ArtifactStore | None = None,
         recall_max_chars: int = DEFAULT_RECALL_MAX_CHARS,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> Session:
         """Open the session held by ``store`` (`SQLiteStore`, `MemoryStore`...), restoring it.
 
@@ -214,25 +258,20 @@ class Session(SessionState):
         `UnknownRecordWarning`; the rest loads.
         """
         session = cls(
-            store, engine=engine, counter=counter, artifacts=artifacts, recall_max_chars=recall_max_chars
+            store,
+            engine=engine,
+            counter=counter,
+            artifacts=artifacts,
+            recall_max_chars=recall_max_chars,
+            lease_ttl=lease_ttl,
         )
         store.open(create=create)
         try:
-            session._restore()
+            session._log.restore()
         except BaseException:
             store.close()
             raise
         return session
-
-    def _attach_engine(self, engine: ContextEngine) -> None:
-        truncator = engine.truncator
-        if truncator is not None:
-            if truncator.store is None or isinstance(truncator.store, MemoryArtifactStore):
-                # The default keeps full outputs in memory, lost at exit: keep them with the session.
-                engine.truncator = dataclasses.replace(truncator, store=self._artifacts)
-            elif truncator.store is not self._artifacts:
-                self._other_artifacts = (truncator.store,)
-        engine.reset()
 
     # ------------------------------------------------------------------ messages
 
@@ -250,15 +289,15 @@ class Session(SessionState):
     def extend(self, messages: Iterable[Message]) -> None:
         """Append several messages as one batch (one write, one fsync)."""
         batch = list(messages)
-        with self._lock:
-            self._check_writable()
+        with self._log.lock:
+            self._log.check_writable()
             seen: dict[str, Message] = {}
             for i, m in enumerate(batch):
                 if not isinstance(m, Message):
                     raise InvalidMessageError(
                         f"a session holds Message objects, got {type(m).__name__}", index=i
                     )
-                known = seen.get(m.id) or self._archive.get(m.id)
+                known = seen.get(m.id) or self._log.archive.get(m.id)
                 if known is not None and known != m:
                     raise InvalidMessageError(
                         f"id {m.id!r} already names a different message in this session; ids name content, "
@@ -267,32 +306,63 @@ class Session(SessionState):
                         field="id",
                     )
                 seen[m.id] = m
-            seqs = self._next(len(batch))
             ts = _now()
-            self._commit([MessageRecord(seq=s, ts=ts, message=m) for s, m in zip(seqs, batch, strict=True)])
+            for race in range(_RACES):
+                seqs = self._log.next_seqs(len(batch))
+                try:
+                    self._log.commit(
+                        [MessageRecord(seq=s, ts=ts, message=m) for s, m in zip(seqs, batch, strict=True)]
+                    )
+                    return
+                except ConcurrencyError:
+                    # Another writer appended first (nothing of ours was written): read what it wrote and
+                    # append after it. A message it already appended (a task delivered to two workers) is
+                    # not appended twice.
+                    if race == _RACES - 1:
+                        raise
+                    theirs = {r.message.id for r in self._log.catch_up() if isinstance(r, MessageRecord)}
+                    batch = [m for m in batch if m.id not in theirs]
+                    if not batch:
+                        return
 
     @property
     def view(self) -> SessionView:
         """What the model sees now (before `prepare` compacts it further): a read-only snapshot."""
-        return self._view.snapshot()
+        return self._log.view.snapshot()
 
     def message(self, message_id: str) -> Message:
         """The message with this id (any message ever appended, or any replacement); raises `RecallError`."""
-        m = self._archive.get(message_id)
+        m = self._log.archive.get(message_id)
         if m is None:
-            raise RecallError(f"no message {message_id!r} in session {self._id!r}")
+            raise RecallError(f"no message {message_id!r} in session {self._log.id!r}")
         return m
 
     # ------------------------------------------------------------------ the engine
 
-    def prepare(self) -> Prepared:
+    def prepare(
+        self, *, tools: ToolDefinitions | None = None, instructions: str | None = None, fill: bool = False
+    ) -> Prepared:
         """Run the engine on the view; record what it changed so a restore rebuilds it.
 
-        When the engine compacts (or truncates or repairs), a compaction record
-        names what it replaced and the messages that stand in their place, and
-        the session's view becomes the engine's output (minus stub results for
-        calls still awaiting theirs). Nothing else is written on a quiet step, and
-        a quiet step is O(new messages).
+        When the engine changes the view (compacts, truncates or repairs), its
+        `Compaction` is appended as a compaction record, and the session's view
+        becomes the engine's output (stub results for calls still awaiting theirs
+        stay in the prompt only). Nothing is written on a quiet step, and a quiet
+        step is O(new messages). The compaction is in force only once its record
+        is written: if the write fails, the view and the engine state stay as
+        they were.
+
+        On a store several workers share, the session first reads what the others
+        wrote (a compaction one of them made included, so every worker sends the
+        same prompt prefix), and holds the session's lease while the engine runs, so
+        that no two workers summarize the same span. A record that loses a race is
+        written again after what won it, or, when the view was rewritten meanwhile,
+        the step is prepared again.
+
+        Args:
+            tools: the tool definitions sent with the request (counted against the budget).
+            instructions: a system prompt sent outside the view (counted, never compacted).
+            fill: a one-shot fit: fill the budget instead of compacting to the engine's target.
 
         Returns:
             The engine's `Prepared`: ``.messages`` to send, ``.report`` of what it did.
@@ -300,26 +370,52 @@ class Session(SessionState):
         Raises:
             ConfigError: the session has no engine.
             ContextOverflowError: even the essentials do not fit (from the engine).
+            StoreError: the compaction record could not be written; nothing changed.
         """
         engine = self._require_engine()
-        with self._lock:
-            self._check_writable()
-            before = self._view
-            prepared = engine.prepare(before.snapshot())
-            self._after_prepare(before, prepared)
-            return prepared
+        return self._run(
+            lambda view, state: engine.prepare(
+                view,
+                tools=tools,
+                instructions=instructions,
+                state=state,
+                artifacts=self._artifacts,
+                fill=fill,
+                recallable=True,
+            )
+        )
 
-    async def aprepare(self) -> Prepared:
-        """`prepare` with the engine's async driver (async summarizers); same records."""
+    async def aprepare(
+        self, *, tools: ToolDefinitions | None = None, instructions: str | None = None, fill: bool = False
+    ) -> Prepared:
+        """`prepare` with the engine's async driver (async summarizers); same records.
+
+        Tasks of one event loop take turns (each sees the others' compactions).
+        If another thread rewrites the view while the engine runs (a revert, an
+        undo, a compaction), the result is stale and `ConcurrencyError` says so;
+        messages appended meanwhile are kept after the compaction.
+        """
         engine = self._require_engine()
-        self._check_writable()
-        before = self._view
-        prepared = await engine.aprepare(before.snapshot())
-        with self._lock:
-            self._after_prepare(before, prepared)
-        return prepared
+        return await self._arun(
+            lambda view, state: engine.aprepare(
+                view,
+                tools=tools,
+                instructions=instructions,
+                state=state,
+                artifacts=self._artifacts,
+                fill=fill,
+                recallable=True,
+            )
+        )
 
-    def compact(self, *, budget: int | None = None) -> Prepared:
+    def compact(
+        self,
+        *,
+        budget: int | None = None,
+        tools: ToolDefinitions | None = None,
+        instructions: str | None = None,
+        fill: bool | float = False,
+    ) -> Prepared:
         """Compact the view now, whatever its level (`ContextEngine.must_fit`), and record it.
 
         For when a provider rejected a prompt as too long although the counter
@@ -328,76 +424,191 @@ class Session(SessionState):
 
         Args:
             budget: the most prompt tokens allowed (default: the engine's budget).
+            tools: the tool definitions sent with the request (counted against the budget).
+            fill: keep as much as ``budget`` holds (less a small margin) instead of compacting
+                down to the engine's target; for a one-shot export rather than a running agent.
         """
         engine = self._require_engine()
-        with self._lock:
-            self._check_writable()
-            before = self._view
-            prepared = engine.must_fit(before.snapshot(), budget=budget)
-            self._after_prepare(before, prepared)
-            return prepared
+        return self._run(
+            lambda view, state: engine.must_fit(
+                view,
+                budget=budget,
+                tools=tools,
+                instructions=instructions,
+                state=state,
+                artifacts=self._artifacts,
+                fill=fill,
+                recallable=True,
+            )
+        )
 
-    async def acompact(self, *, budget: int | None = None) -> Prepared:
+    async def acompact(
+        self,
+        *,
+        budget: int | None = None,
+        tools: ToolDefinitions | None = None,
+        instructions: str | None = None,
+        fill: bool | float = False,
+    ) -> Prepared:
         """`compact` with the engine's async driver."""
         engine = self._require_engine()
-        self._check_writable()
-        before = self._view
-        prepared = await engine.amust_fit(before.snapshot(), budget=budget)
-        with self._lock:
-            self._after_prepare(before, prepared)
-        return prepared
+        return await self._arun(
+            lambda view, state: engine.amust_fit(
+                view,
+                budget=budget,
+                tools=tools,
+                instructions=instructions,
+                state=state,
+                artifacts=self._artifacts,
+                fill=fill,
+                recallable=True,
+            )
+        )
 
-    def _require_engine(self) -> ContextEngine:
+    def _run(self, call: Callable[[SessionView, EngineState], Prepared]) -> Prepared:
+        """Run the engine on the view and adopt its result (see `prepare`)."""
+        with self._log.lock, self._leased():
+            self._log.check_writable()
+            for race in range(_RACES):
+                if self._shared:
+                    self._log.catch_up()
+                before = self._log.view
+                prepared = call(before.snapshot(), self._engine_state)
+                try:
+                    self._adopt(before, prepared)
+                except ConcurrencyError:
+                    if race == _RACES - 1:
+                        raise
+                    continue  # the view was rewritten by another writer: prepare again from it
+                return prepared
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _arun(self, call: Callable[[SessionView, EngineState], Awaitable[Prepared]]) -> Prepared:
+        """`_run` for async engines: tasks of one loop take turns; the thread lock is not held across awaits."""
+        async with self._async_lock(), self._aleased():
+            for race in range(_RACES):
+                with self._log.lock:
+                    self._log.check_writable()
+                    if self._shared:
+                        self._log.catch_up()
+                    before, state = self._log.view, self._engine_state
+                prepared = await call(before.snapshot(), state)
+                with self._log.lock:
+                    self._log.check_writable()
+                    try:
+                        self._adopt(before, prepared)
+                    except ConcurrencyError:
+                        if race == _RACES - 1 or not self._shared:
+                            raise
+                        continue
+                    return prepared
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def _leased(self) -> Iterator[None]:
+        """Hold the session's lease on a shared store (no other worker summarizes meanwhile)."""
+        if not self._shared:
+            yield
+            return
+        store = cast(SupportsLease, self._log.store)
+        waited, pause = 0.0, 0.01
+        while not store.acquire_lease(self._owner, self._lease_ttl):
+            if waited > 2 * self._lease_ttl:
+                raise SessionLockedError(
+                    f"session {self._log.id!r} has been leased by another worker for over {waited:.0f} s; "
+                    f"its lease should have expired after {self._lease_ttl:g} s (check the workers' clocks)"
+                )
+            time.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 0.5)
+        try:
+            yield
+        finally:
+            store.release_lease(self._owner)
+
+    @contextlib.asynccontextmanager
+    async def _aleased(self) -> AsyncIterator[None]:
+        """`_leased` without blocking the event loop while another worker holds the lease."""
+        if not self._shared:
+            yield
+            return
+        store = cast(SupportsLease, self._log.store)
+        waited, pause = 0.0, 0.01
+        while not store.acquire_lease(self._owner, self._lease_ttl):
+            if waited > 2 * self._lease_ttl:
+                raise SessionLockedError(
+                    f"session {self._log.id!r} has been leased by another worker for over {waited:.0f} s; "
+                    f"its lease should have expired after {self._lease_ttl:g} s (check the workers' clocks)"
+                )
+            await asyncio.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 0.5)
+        try:
+            yield
+        finally:
+            store.release_lease(self._owner)
+
+    def _require_engine(self) -> Engine:
         if self._engine is None:
             raise ConfigError("this session has no engine: pass engine= to Session.open to use prepare()")
         return self._engine
 
-    def _after_prepare(self, before: ViewState, prepared: Prepared) -> None:
-        now = self._view
-        if now is not before and not (now.items is before.items and now.length >= before.length):
-            return  # the view was reverted or rewritten while the engine ran: its result is stale
-        extra = now.items[before.length : now.length] if now is not before else []
-        out = prepared.messages
-        n = len(out)
-        while n and _is_pending_stub(out[n - 1]):
-            n -= 1  # the real results may still come: a stub is only for this call's prompt
-        report = prepared.report
-        actions = report.actions
-        if any(a.message_ids or a.replacement_ids for a in actions):
-            fast = report.incremental and not report.compacted
-            keep = self._common_prefix(before, out, n, fast=fast)
-            if not (keep == n == before.length):
-                tail = [out[i] for i in range(keep, n)] + extra
-                covers = dict.fromkeys(i for a in actions for i in a.message_ids)
-                record = CompactionRecord(
-                    seq=self._seq + 1,
-                    ts=_now(),
-                    keep=keep,
-                    view=tuple(m.id for m in tail),
-                    replacements=tuple(m for m in tail if m.id not in self._archive),
-                    covers=tuple(covers),
-                    actions=tuple(a.to_dict() for a in actions),
-                    compacted=report.compacted,
-                    level=report.final_level.label,
-                    tokens_before=report.tokens_before,
-                    tokens_after=report.tokens_after,
-                )
-                self._commit([record])
-        self._prepared_len = n
-        self._last_prompt = out
+    def _async_lock(self) -> asyncio.Lock:
+        """One lock per event loop, so that the tasks of a loop prepare in turn."""
+        loop = asyncio.get_running_loop()
+        locks = self._async_locks
+        if locks is None or locks[0] is not loop:
+            with self._log.lock:
+                locks = self._async_locks
+                if locks is None or locks[0] is not loop:
+                    locks = self._async_locks = (loop, asyncio.Lock())
+        return locks[1]
 
-    def _common_prefix(self, before: ViewState, out: Sequence[Message], n: int, *, fast: bool) -> int:
-        items = before.items
-        limit = min(before.length, n)
-        start = 0
-        k = self._prepared_len
-        # The engine extended what it returned last time (our view's first k messages): skip them.
-        if fast and k is not None and 0 < k <= limit and out[k - 1].id == items[k - 1].id:
-            start = k
-        i = start
-        while i < limit and out[i].id == items[i].id:
-            i += 1
-        return i
+    def _adopt(self, before: ViewState, prepared: Prepared) -> None:
+        """Record the engine's compaction of ``before`` (the view it was given) and take its state.
+
+        Messages appended since ``before`` was read (by this process, or by another
+        writer whose records a lost race brings in) are kept after the compaction.
+        A view rewritten since (revert, undo, another compaction) makes the result
+        stale: nothing is recorded and `ConcurrencyError` says so.
+        """
+        compaction = prepared.compaction
+        for race in range(_RACES):
+            now = self._log.view
+            extra: Sequence[Message] = ()
+            if now is not before:
+                if not (now.items is before.items and now.length >= before.length):
+                    raise ConcurrencyError(
+                        f"the view of session {self._log.id!r} was rewritten (a revert, an undo or another "
+                        "compaction) while the engine prepared it; the result is stale and nothing was "
+                        "recorded. Call prepare() again"
+                    )
+                extra = now.items[before.length : now.length]
+            if compaction is None:
+                break
+            tail = [*compaction.messages, *extra]
+            (seq,) = self._log.next_seqs()
+            record = CompactionRecord.of(compaction, seq=seq, ts=_now(), tail=tail, known=self._log.archive)
+            try:
+                self._log.commit([record])
+                break
+            except ConcurrencyError:
+                if race == _RACES - 1:
+                    raise
+                self._log.catch_up()  # another writer won the race: put the compaction after its records
+        # Taken only now: a failed write above leaves the engine state as it was with the view.
+        self._engine_state = prepared.state
+        self._prepared_len = prepared.state.length
+        self._last_prompt = prepared.messages
+
+    def reload(self) -> int:
+        """Read what other writers appended to this session since it was read; returns how many records.
+
+        O(missed records) (`SessionStore.load` with ``after``), never a full
+        restore. `prepare` does this itself on stores several workers share; call
+        it before reading `view` or `tokens` when another worker may have written.
+        """
+        return len(self._log.catch_up())
 
     # ------------------------------------------------------------------ tokens
 
@@ -433,12 +644,12 @@ class Session(SessionState):
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
-        with self._lock:
-            self._check_writable()
-            covered = self._prepared_len if self._prepared_len is not None else self._view.length
-            covered = min(covered, self._view.length)
-            (seq,) = self._next()
-            self._commit(
+        with self._log.lock:
+            self._log.check_writable()
+            covered = self._prepared_len if self._prepared_len is not None else self._log.view.length
+            covered = min(covered, self._log.view.length)
+            (seq,) = self._log.next_seqs()
+            self._log.commit(
                 [
                     UsageRecord(
                         seq=seq,
@@ -471,11 +682,11 @@ class Session(SessionState):
         counter = self._counter
         if counter is None:
             raise ConfigError("counting tokens needs a counter: pass engine= or counter= to Session.open")
-        with self._lock:
-            view = self._view
+        with self._log.lock:
+            view = self._log.view
             # A pure function of the records (a restored session gives the same number); the memo
             # only saves recounting the prefix it covers.
-            start = self._token_memo or self._token_anchor
+            start = self._log.token_memo or self._log.token_anchor
             if start is None or start[0] > view.length:
                 total = counter.count_messages(view.snapshot())
             else:
@@ -483,18 +694,18 @@ class Session(SessionState):
                 total = tokens + sum(
                     counter.count_message(view.items[i]) for i in range(covered, view.length)
                 )
-            self._token_memo = (view.length, total)
+            self._log.token_memo = (view.length, total)
             return total
 
     @property
     def last_usage(self) -> UsageRecord | None:
         """The newest usage record, or None."""
-        return self._usage
+        return self._log.usage
 
     @property
     def usage_totals(self) -> UsageTotals:
         """Reported usage summed over every call of the session."""
-        return self._totals
+        return self._log.totals
 
     # ------------------------------------------------------------------ checkpoints and revert
 
@@ -505,12 +716,12 @@ class Session(SessionState):
         """
         if label is not None and not isinstance(label, str):
             raise ConfigError(f"label must be a str or None, got {type(label).__name__}")
-        with self._lock:
-            self._check_writable()
-            cp_id = self._next_checkpoint
-            (seq,) = self._next()
-            self._commit(
-                [CheckpointRecord(seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._view.length)]
+        with self._log.lock:
+            self._log.check_writable()
+            cp_id = self._log.next_checkpoint
+            (seq,) = self._log.next_seqs()
+            self._log.commit(
+                [CheckpointRecord(seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._log.view.length)]
             )
             return cp_id
 
@@ -519,7 +730,7 @@ class Session(SessionState):
         """Every checkpoint, oldest first (including those a revert went back past)."""
         return tuple(
             Checkpoint(id=r.id, seq=r.seq, ts=r.ts, label=r.label, messages=v.length)
-            for r, v in sorted(self._checkpoints.values(), key=lambda item: item[0].id)
+            for r, v in sorted(self._log.checkpoints.values(), key=lambda item: item[0].id)
         )
 
     def revert_to(self, checkpoint_id: int) -> None:
@@ -533,17 +744,44 @@ class Session(SessionState):
         Raises:
             UsageError: no such checkpoint.
         """
-        with self._lock:
-            self._check_writable()
+        with self._log.lock:
+            self._log.check_writable()
             self._require_checkpoint(checkpoint_id)
-            (seq,) = self._next()
-            self._commit([RevertRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id)])
+            (seq,) = self._log.next_seqs()
+            self._log.commit([RevertRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id)])
+
+    def rewind(self, length: int) -> None:
+        """Take back the newest messages of the view: keep only its first ``length``.
+
+        Like a revert, nothing is deleted: the taken-back messages stay in the
+        log, recallable by id, and a checkpoint taken before still returns to
+        them. For a framework's "pop the last item" (the Agents SDK's
+        ``pop_item``) without a checkpoint at every step.
+
+        Raises:
+            UsageError: ``length`` is not an int within ``[0, len(view)]``.
+        """
+        with self._log.lock:
+            self._log.check_writable()
+            size = self._log.view.length
+            if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= size:
+                raise UsageError(
+                    f"rewind takes a length within [0, {size}] (the view's length), got {length!r}"
+                )
+            if length == size:
+                return
+            (seq,) = self._log.next_seqs()
+            self._log.commit([RewindRecord(seq=seq, ts=_now(), length=length)])
+
+    def clear(self) -> None:
+        """Empty the view (`rewind` to 0); the log keeps every message, recallable by id."""
+        self.rewind(0)
 
     def _require_checkpoint(self, checkpoint_id: object) -> int:
         if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
             raise UsageError(f"a checkpoint id is an int, got {type(checkpoint_id).__name__}")
-        if checkpoint_id not in self._checkpoints:
-            known = sorted(self._checkpoints)
+        if checkpoint_id not in self._log.checkpoints:
+            known = sorted(self._log.checkpoints)
             span = f"0..{known[-1]}" if known else "none yet; call checkpoint() first"
             raise UsageError(f"no checkpoint {checkpoint_id} in this session (checkpoints: {span})")
         return checkpoint_id
@@ -551,7 +789,7 @@ class Session(SessionState):
     # ------------------------------------------------------------------ D-Mail
 
     def send_dmail(self, checkpoint_id: int, text: str) -> DMail:
-        """Send a message back to a checkpoint; `deliver_dmail` delivers it (seed 003's D-Mail).
+        """Send a message back to a checkpoint; `deliver_dmail` delivers it (Kimi CLI's D-Mail).
 
         Typically a tool handler calls this when the model decides an earlier
         step went wrong. The D-Mail is a record, so it survives a crash before
@@ -563,33 +801,33 @@ class Session(SessionState):
         """
         if not isinstance(text, str) or not text.strip():
             raise UsageError("a D-Mail needs non-empty text")
-        with self._lock:
-            self._check_writable()
+        with self._log.lock:
+            self._log.check_writable()
             self._require_checkpoint(checkpoint_id)
-            if self._dmail is not None:
+            if self._log.dmail is not None:
                 raise UsageError(
-                    f"a D-Mail to checkpoint {self._dmail.checkpoint} is already pending; "
+                    f"a D-Mail to checkpoint {self._log.dmail.checkpoint} is already pending; "
                     "deliver_dmail() or cancel_dmail() it first"
                 )
-            (seq,) = self._next()
-            self._commit([DMailRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id, text=text)])
+            (seq,) = self._log.next_seqs()
+            self._log.commit([DMailRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id, text=text)])
             return DMail(checkpoint=checkpoint_id, text=text, seq=seq)
 
     @property
     def pending_dmail(self) -> DMail | None:
         """The D-Mail waiting for `deliver_dmail`, or None."""
-        d = self._dmail
+        d = self._log.dmail
         return None if d is None else DMail(checkpoint=d.checkpoint, text=d.text, seq=d.seq)
 
     def cancel_dmail(self) -> bool:
         """Withdraw the pending D-Mail; returns False when there was none."""
-        with self._lock:
-            self._check_writable()
-            d = self._dmail
+        with self._log.lock:
+            self._log.check_writable()
+            d = self._log.dmail
             if d is None:
                 return False
-            (seq,) = self._next()
-            self._commit([DMailRecord(seq=seq, ts=_now(), checkpoint=d.checkpoint, status="cancelled")])
+            (seq,) = self._log.next_seqs()
+            self._log.commit([DMailRecord(seq=seq, ts=_now(), checkpoint=d.checkpoint, status="cancelled")])
             return True
 
     def deliver_dmail(self) -> Message | None:
@@ -599,9 +837,9 @@ class Session(SessionState):
         None when no D-Mail is pending. The revert and the message are written as
         one batch, so a crash leaves either both or neither.
         """
-        with self._lock:
-            self._check_writable()
-            d = self._dmail
+        with self._log.lock:
+            self._log.check_writable()
+            d = self._log.dmail
             if d is None:
                 return None
             message = Message(
@@ -609,9 +847,9 @@ class Session(SessionState):
                 content=DMAIL_TEMPLATE.format(text=d.text),
                 metadata={"dmail": {"checkpoint": d.checkpoint, "sent_seq": d.seq}},
             )
-            revert_seq, message_seq = self._next(2)
+            revert_seq, message_seq = self._log.next_seqs(2)
             ts = _now()
-            self._commit(
+            self._log.commit(
                 [
                     RevertRecord(seq=revert_seq, ts=ts, checkpoint=d.checkpoint, dmail=d.seq),
                     MessageRecord(seq=message_seq, ts=ts, message=message),
@@ -645,19 +883,19 @@ class Session(SessionState):
         Raises:
             UsageError: the view has no compaction to undo.
         """
-        with self._lock:
-            self._check_writable()
-            link = self._view.undo
+        with self._log.lock:
+            self._log.check_writable()
+            link = self._log.view.undo
             if link is None:
                 raise UsageError("the current view has no compaction to undo")
-            (seq,) = self._next()
-            self._commit([UndoRecord(seq=seq, ts=_now(), compaction=link.compaction_seq)])
-            return self._compactions[link.compaction_seq]
+            (seq,) = self._log.next_seqs()
+            self._log.commit([UndoRecord(seq=seq, ts=_now(), compaction=link.compaction_seq)])
+            return self._log.compactions[link.compaction_seq]
 
     @property
     def compactions(self) -> tuple[CompactionRecord, ...]:
         """Every compaction record, oldest first (undone ones included)."""
-        return tuple(self._compactions[s] for s in sorted(self._compactions))
+        return tuple(self._log.compactions[s] for s in sorted(self._log.compactions))
 
     # ------------------------------------------------------------------ recall
 
@@ -707,10 +945,10 @@ class Session(SessionState):
 
     def _sources(self) -> RecallSources:
         return RecallSources(
-            archive=self._archive,
-            compactions=self._compactions,
-            known_artifacts=self._known_artifacts,
-            stores=(self._artifacts, *self._other_artifacts),
+            archive=self._log.archive,
+            compactions=self._log.compactions,
+            known_artifacts=self._log.known_artifacts,
+            stores=(self._artifacts,),
         )
 
     # ------------------------------------------------------------------ inspection and lifecycle
@@ -718,20 +956,20 @@ class Session(SessionState):
     @property
     def id(self) -> str:
         """The session's id, from its header record."""
-        return self._id
+        return self._log.id
 
     @property
     def location(self) -> str:
         """Where the session is stored (a path, ``path#session``...)."""
-        return self._store.location
+        return self._log.store.location
 
     @property
     def store(self) -> SessionStore:
         """The store holding the records."""
-        return self._store
+        return self._log.store
 
     @property
-    def engine(self) -> ContextEngine | None:
+    def engine(self) -> Engine | None:
         """The engine `prepare` runs, if any."""
         return self._engine
 
@@ -743,27 +981,27 @@ class Session(SessionState):
     @property
     def last_seq(self) -> int:
         """The seq of the newest record (0 is the header)."""
-        return self._seq
+        return self._log.seq
 
     @property
     def schema_version(self) -> int:
         """The schema the log was written with, as read (older ones are upcast and migrated on write)."""
-        return self._schema_version
+        return self._log.schema_version
 
     @property
     def migrated_backup(self) -> str | None:
         """Where the original of a migrated older-schema log was kept, when this open migrated it."""
-        return self._migrated_to
+        return self._log.migrated_to
 
     @property
     def unknown_records(self) -> tuple[UnknownRecord, ...]:
         """Records of types this version does not know, kept as read."""
-        return tuple(self._unknown)
+        return tuple(self._log.unknown)
 
     @property
     def read_only(self) -> bool:
         """True when opened read-only."""
-        return self._store.read_only
+        return self._log.store.read_only
 
     def records(self) -> Iterator[object]:
         """Re-read and decode every record from the store, oldest first (for inspection tools).
@@ -772,18 +1010,20 @@ class Session(SessionState):
         `UnknownRecord` for types this version does not know; damaged ones are
         skipped with a warning. Costs a full read of the store.
         """
-        for where, data in read_log(self._store)[1]:
+        for where, data in read_log(self._log.store)[1]:
             try:
                 yield _serde.decode_record(data, where=where)
             except RecordDecodeError as exc:
-                warnings.warn(f"{self._store.location}: {exc}; skipped", CorruptRecordWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self._log.store.location}: {exc}; skipped", CorruptRecordWarning, stacklevel=2
+                )
 
     def close(self) -> None:
         """Release the store (its lock, file or connection); idempotent."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._store.close()
+        with self._log.lock:
+            if not self._log.closed:
+                self._log.closed = True
+                self._log.store.close()
 
     def __enter__(self) -> Session:
         return self
@@ -795,6 +1035,6 @@ class Session(SessionState):
 
     def __repr__(self) -> str:
         return (
-            f"Session({self._store.location!r}, id={self._id!r}, view={self._view.length} messages, "
-            f"records={self._seq + 1})"
+            f"Session({self._log.store.location!r}, id={self._log.id!r}, view={self._log.view.length} messages, "
+            f"records={self._log.seq + 1})"
         )

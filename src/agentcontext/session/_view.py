@@ -5,7 +5,7 @@ in place; every older snapshot keeps its own (shorter) length, so it still sees
 exactly what it saw. Only when a snapshot that is not the list's full length
 is extended (after a revert) or the view is rewritten (a compaction, an undo)
 is a new list made. A checkpoint therefore costs O(1), not a copy of the
-history (the point of seed 003's rotation, without rewriting any file).
+history (what Kimi CLI gets by rotating its file, without rewriting any file).
 """
 
 from __future__ import annotations

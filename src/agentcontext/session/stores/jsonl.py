@@ -1,14 +1,14 @@
 """`JSONLStore`: one session per JSON Lines file, the embedded default.
 
-One record per line, readable by people and by ``jq``. Compared with seed 003
-(Kimi CLI's context file):
+One record per line, readable by people and by ``jq``. Compared with Kimi
+CLI's context file, whose design this takes up:
 
 - **Every append is written before it returns**: one ``write`` of the whole
   batch on a file opened with ``O_APPEND`` (no user-space buffer to lose), then
   an ``fsync`` per the policy (`FsyncPolicy`; Kimi never fsyncs). A process
   killed at any moment loses at most the append in flight.
-- **A damaged line never stops a restore.** Kimi's seed-era restore aborted on
-  the first bad line. Here a torn or corrupt line is skipped with a
+- **A damaged line never stops a restore.** Kimi's restore aborted on the
+  first bad line. Here a torn or corrupt line is skipped with a
   `CorruptRecordWarning` naming its line number, and the rest loads. A torn
   *last* line (an append cut short by a crash) is moved aside, to
   ``<file>.torn``, before the next append, so new records never fuse with it.
@@ -20,6 +20,12 @@ One record per line, readable by people and by ``jq``. Compared with seed 003
 - **Clear errors**: a missing file, a directory in its place or a permission
   problem raise `SessionNotFoundError`, `StorePathError` and
   `StorePermissionError`, each naming the path.
+- **Catching up is O(new).** The store remembers where its last read ended,
+  so ``load(after=<the last seq read>)`` (a reader following a writer) reads
+  only the lines appended since.
+- **A lease needs no file.** The writer's lock already keeps every other
+  process out, so the lease (`SupportsLease`) only arbitrates between owners
+  sharing this store object, in memory.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ...messages import JSONValue
 from ._base import (
     CorruptRecordWarning,
     FsyncPolicy,
+    LocalLease,
     SessionNotFoundError,
     StoredRecord,
     StorePathError,
@@ -111,6 +118,11 @@ class JSONLStore:
         self._dirty = False
         self._last_sync = time.monotonic()
         self._opened = False
+        # Where the last read stopped: after the last complete line, its line number and the highest seq.
+        self._read_offset: int | None = None
+        self._read_lines = 0
+        self._read_seq = -1
+        self._lease = LocalLease()
 
     # ------------------------------------------------------------------ protocol
 
@@ -165,12 +177,25 @@ class JSONLStore:
             self._sync_dir()
         self._opened = True
 
-    def load(self) -> Iterator[StoredRecord]:
-        """Every readable line as a record, in order (see `SessionStore.load`)."""
+    def load(self, after: int = -1) -> Iterator[StoredRecord]:
+        """The readable lines with a seq above ``after``, in order (see `SessionStore.load`).
+
+        When ``after`` is the highest seq the previous load read, only the lines
+        appended since are read (an incomplete last line is left for the next
+        call: its writer may still be writing it). Otherwise the whole file is
+        read and lines up to ``after`` are skipped.
+        """
+        if after >= 0 and after == self._read_seq and self._read_offset is not None:
+            yield from self._load_from(self._read_offset)
+            return
+        yield from self._load_all(after)
+
+    def _load_all(self, after: int) -> Iterator[StoredRecord]:
         limiter = WarningLimiter(CorruptRecordWarning)
         self._last_seq = -1
         self._torn_at = None
         self._needs_newline = False
+        self._read_offset = None
         try:
             handle = open(self.path, "rb")  # closed in the finally below
         except FileNotFoundError:
@@ -179,12 +204,15 @@ class JSONLStore:
             raise _os_error(self.path, "read", exc) from exc
         offset = 0
         number = 0
+        complete_end = 0
         try:
             for line in handle:
                 number += 1
                 start = offset
                 offset += len(line)
                 complete = line.endswith(b"\n")
+                if complete:
+                    complete_end = offset
                 # Our lines start with "{": test one byte before copying the line to strip it.
                 if line[:1] != b"{" and not line.strip():
                     if not complete:
@@ -205,6 +233,44 @@ class JSONLStore:
                     continue
                 if not complete:
                     self._needs_newline = True
+                    complete_end = offset  # a whole record, only its newline is missing
+                seq = data.get("seq")
+                number_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+                if number_seq is not None and number_seq > self._last_seq:
+                    self._last_seq = number_seq
+                if after >= 0 and (number_seq is None or number_seq <= after):
+                    continue
+                yield StoredRecord(where, data)
+        except OSError as exc:
+            raise _os_error(self.path, "read", exc) from exc
+        finally:
+            handle.close()
+            limiter.finish(str(self.path))
+        self._remember_read(complete_end, number if complete_end == offset else number - 1)
+
+    def _load_from(self, start: int) -> Iterator[StoredRecord]:
+        limiter = WarningLimiter(CorruptRecordWarning)
+        try:
+            handle = open(self.path, "rb")  # closed in the finally below
+        except OSError as exc:
+            raise _os_error(self.path, "read", exc) from exc
+        offset = start
+        number = self._read_lines
+        try:
+            handle.seek(start)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # being written (or torn): read it once it is whole, or at the next full load
+                number += 1
+                offset += len(line)
+                if line[:1] != b"{" and not line.strip():
+                    continue
+                where = f"line {number}"
+                try:
+                    data = loads(line, where=where)
+                except RecordDecodeError as exc:
+                    limiter.warn(f"{self.path}: {exc.reason} at {where}; the line is skipped")
+                    continue
                 seq = data.get("seq")
                 if isinstance(seq, int) and not isinstance(seq, bool) and seq > self._last_seq:
                     self._last_seq = seq
@@ -214,6 +280,10 @@ class JSONLStore:
         finally:
             handle.close()
             limiter.finish(str(self.path))
+        self._remember_read(offset, number)
+
+    def _remember_read(self, offset: int, lines: int) -> None:
+        self._read_offset, self._read_lines, self._read_seq = offset, lines, self._last_seq
 
     def append(self, records: Sequence[Mapping[str, JSONValue]], *, expected_seq: int) -> None:
         """Write ``records`` as lines in one ``write`` call, then fsync per the policy."""
@@ -223,8 +293,11 @@ class JSONLStore:
             return
         data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
         self._repair_tail(fd)
+        read_to_end = self._read_offset == self._size
         self._write(fd, data)
         self._last_seq = expected_seq + len(records) - 1
+        if read_to_end:  # the next catch-up load starts after what this store wrote itself
+            self._remember_read(self._size, self._read_lines + len(records))
         self._dirty = True
         if self.fsync == "always" or (
             self.fsync == "interval" and time.monotonic() - self._last_sync >= self.fsync_interval
@@ -268,7 +341,17 @@ class JSONLStore:
         self._needs_newline = False
         seqs = [r.get("seq") for r in records]
         self._last_seq = max((s for s in seqs if isinstance(s, int)), default=-1)
+        self._remember_read(self._size, len(records))
         return str(backup)
+
+    def acquire_lease(self, owner: str, ttl: float) -> bool:
+        """Take the session's lease (see `SupportsLease`); a read-only store cannot."""
+        self._writable_fd()
+        return self._lease.acquire(owner, ttl)
+
+    def release_lease(self, owner: str) -> bool:
+        """Give the lease up (see `SupportsLease`)."""
+        return self._lease.release(owner)
 
     def default_artifacts(self) -> ArtifactStore:
         """Artifacts in ``<stem>.artifacts/`` next to the file (``runs/task-42.artifacts/``)."""
@@ -334,6 +417,8 @@ class JSONLStore:
         elif self._needs_newline:
             self._needs_newline = False
             self._write(fd, b"\n")
+            if self._read_offset == self._size - 1:
+                self._read_offset = self._size
 
     def _fsync(self, fd: int) -> None:
         try:

@@ -15,6 +15,7 @@ from ...exceptions import StoreError
 from ...messages import JSONValue
 from ._base import (
     CorruptRecordWarning,
+    LocalLease,
     SessionNotFoundError,
     StoredRecord,
     WarningLimiter,
@@ -42,6 +43,7 @@ class MemoryStore:
         self.backups: list[list[str]] = []
         """Earlier logs replaced by `replace`."""
         self._artifacts = MemoryArtifactStore()
+        self._lease = LocalLease()
         self._read_only = False
         self._open = False
 
@@ -61,16 +63,31 @@ class MemoryStore:
             raise SessionNotFoundError(f"{self.location} holds no session")
         self._open = True
 
-    def load(self) -> Iterator[StoredRecord]:
-        """The stored records; lines that are not JSON objects are skipped with a warning."""
+    def load(self, after: int = -1) -> Iterator[StoredRecord]:
+        """The stored records with a seq above ``after``; lines that are not JSON objects are skipped with a warning.
+
+        With ``after >= 0`` the lines are scanned from the end back to the
+        first one at or below ``after``: O(records after it).
+        """
+        lines = list(self.lines)
+        start = 0
+        if after >= 0:
+            start = len(lines)
+            while start > 0 and not _at_or_below(lines[start - 1], after):
+                start -= 1
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
-            for i, line in enumerate(list(self.lines)):
+            for i in range(start, len(lines)):
                 where = f"line {i + 1}"
                 try:
-                    yield StoredRecord(where, loads(line, where=where))
+                    data = loads(lines[i], where=where)
                 except RecordDecodeError as exc:
                     limiter.warn(f"{self.location}: {exc.reason} at {where}; the record is skipped")
+                    continue
+                seq = data.get("seq")
+                if after >= 0 and (not isinstance(seq, int) or isinstance(seq, bool) or seq <= after):
+                    continue
+                yield StoredRecord(where, data)
         finally:
             limiter.finish(self.location)
 
@@ -86,6 +103,14 @@ class MemoryStore:
         self.backups.append(self.lines)
         self.lines = [dumps(r) for r in records]
         return f"{self.location} backup {len(self.backups)}"
+
+    def acquire_lease(self, owner: str, ttl: float) -> bool:
+        """Take or renew the lease (see `SupportsLease`), kept with the store object."""
+        return self._lease.acquire(owner, ttl)
+
+    def release_lease(self, owner: str) -> bool:
+        """Give the lease up (see `SupportsLease`)."""
+        return self._lease.release(owner)
 
     def default_artifacts(self) -> ArtifactStore:
         """One `MemoryArtifactStore` per store, shared by every session opened on it."""
@@ -107,3 +132,12 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore(name={self.name!r}, records={len(self.lines)})"
+
+
+def _at_or_below(line: str, after: int) -> bool:
+    """Whether a stored line is a record with a seq at or below ``after`` (a damaged one is not)."""
+    try:
+        seq = loads(line, where="").get("seq")
+    except RecordDecodeError:
+        return False
+    return isinstance(seq, int) and not isinstance(seq, bool) and seq <= after

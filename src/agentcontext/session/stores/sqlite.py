@@ -21,6 +21,10 @@ The fsync policy maps onto ``PRAGMA synchronous``: ``"always"`` is ``FULL``
 (each commit is synced), ``"interval"`` is ``NORMAL`` (WAL syncs at
 checkpoints: a power loss can lose the latest commits, a crash cannot) and
 ``"never"`` is ``OFF``.
+
+A ``leases`` table holds the session's lease (`SupportsLease`), with its
+expiry in wall-clock seconds (the processes sharing a SQLite file share a
+clock). `SQLiteDatabase` lists, deletes and prunes the sessions of a file.
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..._serde import RecordDecodeError, dumps, loads
@@ -42,6 +49,7 @@ from ...messages import JSONValue
 from ._base import (
     CorruptRecordWarning,
     FsyncPolicy,
+    SessionInfo,
     SessionNotFoundError,
     StoredRecord,
     StorePathError,
@@ -49,9 +57,10 @@ from ._base import (
     WarningLimiter,
     check_expected_seq,
     check_fsync,
+    check_lease,
 )
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteDatabase", "SQLiteStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -68,6 +77,11 @@ CREATE TABLE IF NOT EXISTS records_backup (
     type TEXT NOT NULL,
     body TEXT NOT NULL,
     PRIMARY KEY (session_id, backup, seq)
+);
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_at REAL NOT NULL
 );
 """
 _SYNCHRONOUS = {"always": "FULL", "interval": "NORMAL", "never": "OFF"}
@@ -88,6 +102,10 @@ class SQLiteStore:
 
     The constructor does no I/O; `open` does.
     """
+
+    shared = True
+    """Several processes may write one session here: a `Session` catches up with the others' records
+    before each step and holds the session's lease while it prepares."""
 
     def __init__(
         self,
@@ -166,14 +184,18 @@ class SQLiteStore:
                 self.close()
                 raise SessionNotFoundError(f"no session {self.session_id!r} in {str(self.path)!r}")
 
-    def load(self) -> Iterator[StoredRecord]:
-        """The session's rows in seq order; rows whose body is not a JSON object are skipped with a warning."""
+    def load(self, after: int = -1) -> Iterator[StoredRecord]:
+        """The session's rows after seq ``after``, in seq order (an index range: O(rows read)).
+
+        Rows whose body is not a JSON object are skipped with a warning.
+        """
         db = self._conn()
         limiter = WarningLimiter(CorruptRecordWarning)
-        self._last_seq = -1
+        self._last_seq = max(after, -1)
         try:
             cursor = db.execute(
-                "SELECT seq, body FROM records WHERE session_id = ? ORDER BY seq", (self.session_id,)
+                "SELECT seq, body FROM records WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (self.session_id, after),
             )
             for seq, body in cursor:
                 self._last_seq = max(self._last_seq, seq)
@@ -244,13 +266,44 @@ class SQLiteStore:
         self._last_seq = max((s for s in seqs if isinstance(s, int)), default=-1)
         return f"{self.location} (table records_backup, backup {backup})"
 
+    def acquire_lease(self, owner: str, ttl: float) -> bool:
+        """Take or renew the session's lease in the ``leases`` table (see `SupportsLease`)."""
+        check_lease(owner, ttl)
+        db = self._writable()
+        now = time.time()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = db.execute(
+                    "INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, "
+                    "expires_at = excluded.expires_at WHERE leases.owner = excluded.owner OR leases.expires_at <= ?",
+                    (self.session_id, owner, now + ttl, now),
+                )
+                taken = cursor.rowcount == 1
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._error("take the lease in", exc) from exc
+        return taken
+
+    def release_lease(self, owner: str) -> bool:
+        """Give the lease up (see `SupportsLease`)."""
+        db = self._writable()
+        try:
+            cursor = db.execute(
+                "DELETE FROM leases WHERE session_id = ? AND owner = ? AND expires_at > ?",
+                (self.session_id, owner, time.time()),
+            )
+        except sqlite3.Error as exc:
+            raise self._error("release the lease in", exc) from exc
+        return cursor.rowcount == 1
+
     def default_artifacts(self) -> ArtifactStore:
         """Artifacts in ``<stem>.artifacts/<session id>/`` next to the database."""
-        name = self.session_id
-        if not _SAFE_ID.fullmatch(name) or name in (".", ".."):
-            # A session id is the caller's string: never let it shape a path.
-            name = "s-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return FileArtifactStore(self.path.with_name(self.path.stem + ".artifacts") / name)
+        return FileArtifactStore(_artifact_dir(self.path, self.session_id))
 
     def close(self) -> None:
         """Close the connection; idempotent."""
@@ -299,3 +352,136 @@ class SQLiteStore:
         if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace(" ", ""):
             return StorePermissionError(f"cannot {action} {where!r}: the database is read-only ({exc})")
         return StoreError(f"cannot {action} {where!r}: {exc}")
+
+
+def _artifact_dir(path: Path, session_id: str) -> Path:
+    name = session_id
+    if not _SAFE_ID.fullmatch(name) or name in (".", ".."):
+        # A session id is the caller's string: never let it shape a path.
+        name = "s-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return path.with_name(path.stem + ".artifacts") / name
+
+
+def _parse_ts(body: str) -> datetime | None:
+    try:
+        ts = loads(body, where="").get("ts")
+    except RecordDecodeError:
+        return None
+    if not isinstance(ts, str):
+        return None
+    try:
+        when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+class SQLiteDatabase:
+    """The sessions of one SQLite file, for ``agentcontext db`` (see `SessionDatabase`).
+
+    SQLite keeps no per-session times of its own: a session's creation and last
+    update are the ``ts`` of its first and last records.
+
+    Args:
+        path: the database file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).absolute()
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def location(self) -> str:
+        """The file's path."""
+        return str(self.path)
+
+    def init(self) -> list[str]:
+        """Create the tables (a session store also creates them when it creates a session)."""
+        existed = self.path.exists()
+        db = self._conn(create=True)
+        before = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        try:
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot create the tables in {str(self.path)!r}: {exc}") from exc
+        if not existed:
+            os.chmod(self.path, 0o600)
+        added = sorted({"records", "records_backup", "leases"} - before)
+        return [f"created table {name}" for name in added]
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session in the file, oldest update first."""
+        db = self._conn()
+        out = []
+        try:
+            groups = db.execute(
+                "SELECT session_id, COUNT(*), MIN(seq), MAX(seq) FROM records GROUP BY session_id"
+            ).fetchall()
+            for session_id, count, first, last in groups:
+                bodies = dict(
+                    db.execute(
+                        "SELECT seq, body FROM records WHERE session_id = ? AND seq IN (?, ?)",
+                        (session_id, first, last),
+                    ).fetchall()
+                )
+                out.append(
+                    SessionInfo(
+                        session_id=session_id,
+                        records=count,
+                        created=_parse_ts(bodies.get(first, "")),
+                        updated=_parse_ts(bodies.get(last, "")),
+                    )
+                )
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreError(f"cannot read {str(self.path)!r}: {exc}") from exc
+        epoch = datetime.min.replace(tzinfo=timezone.utc)
+        return sorted(out, key=lambda i: (i.updated or epoch, i.session_id))
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session's records, backups, lease and artifact directory."""
+        db = self._conn()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            cursor = db.execute("DELETE FROM records WHERE session_id = ?", (session_id,))
+            found = cursor.rowcount > 0
+            db.execute("DELETE FROM records_backup WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM leases WHERE session_id = ?", (session_id,))
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            if "no such table" in str(exc):
+                return False
+            raise StoreError(f"cannot delete session {session_id!r} from {str(self.path)!r}: {exc}") from exc
+        shutil.rmtree(_artifact_dir(self.path, session_id), ignore_errors=True)
+        return found
+
+    def prune(self, older_than: timedelta) -> list[str]:
+        """Delete the sessions whose last record is older than ``older_than``."""
+        cutoff = datetime.now(timezone.utc) - older_than
+        gone = [i.session_id for i in self.sessions() if i.updated is not None and i.updated < cutoff]
+        return [sid for sid in gone if self.delete(sid)]
+
+    def close(self) -> None:
+        """Close the connection; idempotent."""
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def _conn(self, *, create: bool = False) -> sqlite3.Connection:
+        if self._db is None:
+            if not create and not self.path.is_file():
+                raise SessionNotFoundError(f"no SQLite database at {str(self.path)!r}")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+            except (sqlite3.Error, OSError) as exc:
+                raise StoreError(f"cannot open {str(self.path)!r}: {exc}") from exc
+            self._db = db
+        return self._db
+
+    def __repr__(self) -> str:
+        return f"SQLiteDatabase({str(self.path)!r})"

@@ -1,0 +1,306 @@
+"""The Redis stores' machinery: the key layout, the Lua scripts, shared clients, sync/async drivers.
+
+An operation is a generator that yields commands (`_Cmd`, `_Script`) and
+receives their replies; `_drive` and `_adrive` run it on a sync or an async
+client, so each operation is written once for both sides. Imported only when a
+``redis://`` location is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TypeVar, cast
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from ...exceptions import ConfigError, MissingDependencyError, StoreError, StoreNotInitializedError
+from ...messages import JSONValue
+
+try:  # re-exported ("as"): redis.py takes the client from here, after the check below
+    import redis as redis
+    import redis.asyncio
+    from redis.backoff import NoBackoff
+except ImportError as _exc:  # pragma: no cover - exercised without the extra
+    raise MissingDependencyError(
+        "the Redis session store needs redis-py: pip install 'agentcontext[redis]'"
+    ) from _exc
+
+aredis = redis.asyncio
+
+_T = TypeVar("_T")
+
+KEYS_VERSION = 1
+"""The version of the key layout this library reads and writes."""
+
+_BATCH = 1_000  # seqs per HMGET while loading
+_TRANSIENT: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+_SCRIPTS = {
+    # KEYS: meta, sessions. ARGV: session id. Creates the session if it is not there.
+    "create": _NOW
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'last_seq', -1, 'created', now, 'updated', now, 'backups', 0)
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
+end
+return 1
+""",
+    # KEYS: meta, records, sessions. ARGV: session id, expected seq, bodies...
+    # Returns {0, last} written, {1, last} lost the race, {2, -1} no session.
+    "append": """
+local last = redis.call('HGET', KEYS[1], 'last_seq')
+if not last then return {2, -1} end
+last = tonumber(last)
+local expected = tonumber(ARGV[2])
+if last + 1 ~= expected then return {1, last} end
+local n = #ARGV - 2
+for i = 1, n do
+  redis.call('HSET', KEYS[2], expected + i - 1, ARGV[i + 2])
+end
+"""
+    + _NOW
+    + """
+redis.call('HSET', KEYS[1], 'last_seq', last + n, 'updated', now)
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+return {0, last + n}
+""",
+    # KEYS: meta, records. ARGV: backup key prefix, new last seq, seq, body, seq, body...
+    "replace": """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local n = redis.call('HINCRBY', KEYS[1], 'backups', 1)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], ARGV[1] .. n) end
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'last_seq', ARGV[2])
+return n
+""",
+    # KEYS: lease, meta. ARGV: owner, ttl ms. Takes a free or expired lease, or renews its own.
+    "lease": """
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+""",
+    # KEYS: lease. ARGV: owner.
+    "release": """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+""",
+    # KEYS: meta, records, lease, artifacts, sessions. ARGV: session id, backup key prefix.
+    "delete": """
+local backups = tonumber(redis.call('HGET', KEYS[1], 'backups') or '0')
+for i = 1, backups do redis.call('UNLINK', ARGV[2] .. i) end
+local existed = redis.call('EXISTS', KEYS[1])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[1])
+return existed
+""",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Cmd:
+    """One Redis command of an operation, run by the sync or the async driver."""
+
+    name: str
+    args: tuple[object, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Script:
+    """One of `_SCRIPTS`, with its keys and arguments."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str | int | float, ...]
+
+
+_Op = Generator[_Cmd | _Script, object, _T]
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    """The URL for redis-py (credentials kept) and the one for messages (no password)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"a Redis URL starts with redis://, rediss:// or unix://, got {url!r}")
+    shown_netloc = parts.hostname or ""
+    if parts.port:
+        shown_netloc += f":{parts.port}"
+    if parts.username:
+        shown_netloc = f"{quote(parts.username)}@{shown_netloc}"
+    return url, urlunsplit((parts.scheme, shown_netloc, parts.path or "/0", "", ""))
+
+
+class _Keys:
+    """The key names of one session under a prefix."""
+
+    def __init__(self, prefix: str, session_id: str) -> None:
+        base = f"{prefix}:{{{session_id}}}"
+        self.meta = f"{base}:meta"
+        self.records = f"{base}:records"
+        self.lease = f"{base}:lease"
+        self.artifacts = f"{base}:artifacts"
+        self.backup = f"{base}:backup:"
+        self.sessions = f"{prefix}:sessions"
+        self.version = f"{prefix}:version"
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \t\n"):
+        raise ConfigError(f"prefix must be a non-empty str without braces or spaces, got {prefix!r}")
+    return prefix
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+class _Clients:
+    """Clients (each with its connection pool) shared by the stores of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sync: dict[tuple[str, float], tuple[redis.Redis, int]] = {}
+        self._async: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, float], tuple[aredis.Redis, int]]
+        ] = weakref.WeakKeyDictionary()
+
+    def acquire(self, url: str, timeout: float) -> redis.Redis:
+        with self._lock:
+            client, refs = self._sync.get((url, timeout), (None, 0))
+            if client is None:
+                client = redis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=timeout,
+                    socket_timeout=max(timeout, 30.0),
+                    retry=redis.retry.Retry(NoBackoff(), 0),  # ours retries, and knows when a write landed
+                )
+            self._sync[(url, timeout)] = (client, refs + 1)
+            return client
+
+    def release(self, client: redis.Redis) -> None:
+        with self._lock:
+            for key, (c, refs) in list(self._sync.items()):
+                if c is client:
+                    if refs > 1:
+                        self._sync[key] = (c, refs - 1)
+                        return
+                    del self._sync[key]
+                    break
+            else:
+                return
+        client.close()
+
+    def aacquire(self, url: str, timeout: float) -> aredis.Redis:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            clients = self._async.setdefault(loop, {})
+            client, refs = clients.get((url, timeout), (None, 0))
+            if client is None:
+                client = aredis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=timeout,
+                    socket_timeout=max(timeout, 30.0),
+                    retry=aredis.retry.Retry(NoBackoff(), 0),
+                )
+            clients[(url, timeout)] = (client, refs + 1)
+            return client
+
+    async def arelease(self, client: aredis.Redis) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            clients = self._async.get(loop, {})
+            for key, (c, refs) in list(clients.items()):
+                if c is client:
+                    if refs > 1:
+                        clients[key] = (c, refs - 1)
+                        return
+                    del clients[key]
+                    break
+            else:
+                return
+        await client.aclose()
+
+
+_CLIENTS = _Clients()
+
+
+def _drive(client: redis.Redis, op: _Op[_T]) -> _T:
+    result: object = None
+    try:
+        while True:
+            step = op.send(result)
+            if isinstance(step, _Script):
+                result = client.register_script(_SCRIPTS[step.name])(keys=step.keys, args=step.args)
+            else:
+                result = client.execute_command(step.name, *step.args)  # type: ignore[no-untyped-call]
+    except StopIteration as stop:
+        return cast(_T, stop.value)
+
+
+async def _adrive(client: aredis.Redis, op: _Op[_T]) -> _T:
+    result: object = None
+    try:
+        while True:
+            step = op.send(result)
+            if isinstance(step, _Script):
+                result = await client.register_script(_SCRIPTS[step.name])(keys=step.keys, args=step.args)
+            else:
+                result = await client.execute_command(step.name, *step.args)  # type: ignore[no-untyped-call]
+    except StopIteration as stop:
+        return cast(_T, stop.value)
+
+
+def _version_op(keys: _Keys, location: str, prefix: str) -> _Op[int]:
+    """The key layout's version; raises `StoreNotInitializedError` when it was never set.
+
+    ``location`` is the server's URL without password (and with ``?prefix=``), for the command to run.
+    """
+    raw = yield _Cmd("GET", (keys.version,))
+    if raw is None:
+        raise StoreNotInitializedError(
+            f"{location} holds no agentcontext data under prefix {prefix!r}; set it up once with "
+            f"`agentcontext db init '{location}'` (a Redis server without persistence loses it, sessions "
+            "included, at every restart)"
+        )
+    version = int(cast(bytes, raw))
+    if version > KEYS_VERSION:
+        raise StoreError(
+            f"{location} uses agentcontext key layout {version}, newer than this library's {KEYS_VERSION}; "
+            "upgrade agentcontext"
+        )
+    return version
+
+
+def _map_error(location: str, exc: redis.RedisError) -> StoreError:
+    return StoreError(f"{location}: {type(exc).__name__}: {exc}")
+
+
+def _int_seq(record: Mapping[str, JSONValue]) -> int:
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise StoreError(f"a record to store needs an integer seq, got {seq!r}")
+    return seq
+
+
+def _ms(value: object) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        millis = float(cast("bytes | float", value))
+    except (TypeError, ValueError):
+        return None
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc)

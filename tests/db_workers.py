@@ -1,0 +1,155 @@
+"""Worker processes for the concurrency and fault tests (``test_session_database_concurrency.py``).
+
+They run in processes forked from a ``forkserver`` that imported the package
+and the database clients once, so starting eight of them (or fifty, one after
+another) costs milliseconds, not a Python start-up each. Each writes what it did to a file
+line by line, flushed, so a worker killed with SIGKILL leaves the lines of
+everything it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+
+from agentcontext import _serde
+from agentcontext.exceptions import ConcurrencyError
+from agentcontext.messages import Message
+from agentcontext.session import Session
+from agentcontext.session._records import MessageRecord
+from agentcontext.session.stores import open_store
+
+
+def _record(seq: int, worker: str, i: int) -> dict[str, object]:
+    message = Message(role="user", content=f"{worker} says {i}", id=f"msg_{worker}_{i}")
+    return dict(_serde.encode_record(MessageRecord(seq=seq, ts=None, message=message)))
+
+
+def options(url: str) -> dict[str, object]:
+    """Store options for tests about concurrency, not durability: PostgreSQL commits without waiting for the disk."""
+    return {"fsync": "never"} if url.startswith("postgresql") else {}
+
+
+def append_worker(url: str, worker: str, n: int, out: str) -> None:
+    """Append ``n`` messages to one shared session; on `ConcurrencyError`, read what was missed and retry.
+
+    Writes ``{"conflicts": ..., "read": [seqs read while catching up]}`` to ``out``.
+    """
+    store = open_store(url, **options(url))
+    store.open(create=True)
+    last = -1
+    for r in store.load():
+        last = int(r.data["seq"])  # type: ignore[call-overload]
+    read: list[int] = []
+    conflicts = 0
+    for i in range(n):
+        while True:
+            try:
+                store.append([_record(last + 1, worker, i)], expected_seq=last + 1)  # type: ignore[list-item]
+                last += 1
+                break
+            except ConcurrencyError:
+                conflicts += 1
+                for r in store.load(after=last):
+                    last = int(r.data["seq"])  # type: ignore[call-overload]
+                    read.append(last)
+    store.close()
+    Path(out).write_text(json.dumps({"conflicts": conflicts, "read": read}))
+
+
+async def async_append_worker(url: str, worker: str, n: int) -> dict[str, object]:
+    """`append_worker` as an asyncio task (``aopen`` / ``aload`` / ``aappend``)."""
+    store = open_store(url, **options(url))
+    await store.aopen(create=True)  # type: ignore[attr-defined]
+    last = -1
+    async for r in store.aload():  # type: ignore[attr-defined]
+        last = int(r.data["seq"])
+    read: list[int] = []
+    conflicts = 0
+    for i in range(n):
+        while True:
+            try:
+                await store.aappend([_record(last + 1, worker, i)], expected_seq=last + 1)  # type: ignore[attr-defined]
+                last += 1
+                break
+            except ConcurrencyError:
+                conflicts += 1
+                async for r in store.aload(after=last):  # type: ignore[attr-defined]
+                    last = int(r.data["seq"])
+                    read.append(last)
+        await asyncio.sleep(0)  # let the other tasks in between appends too
+    await store.aclose()  # type: ignore[attr-defined]
+    return {"conflicts": conflicts, "read": read}
+
+
+def killable_writer(url: str, seed: int, out: str) -> None:
+    """Append messages of very different sizes until killed; log ``seq message-id`` after each append returns."""
+    rng = random.Random(seed)
+    with open(out, "a", encoding="utf-8") as log:
+        session = Session.from_store(open_store(url))
+        log.write(f"ready {session.last_seq}\n")
+        log.flush()
+        while True:
+            size = rng.choice([5, 300, 3_000, 12_000, 60_000])
+            m = Message(role="user", content=f"{rng.random()} " + "y" * size)
+            session.append(m)
+            log.write(f"{session.last_seq} {m.id}\n")
+            log.flush()
+
+
+def lease_holder(url: str, owner: str, ttl: float, out: str) -> None:
+    """Take the session's lease and hold it until killed."""
+    store = open_store(url)
+    store.open(create=True)
+    taken = store.acquire_lease(owner, ttl)  # type: ignore[attr-defined]
+    Path(out).write_text("leased" if taken else "refused")
+    while True:
+        time.sleep(60)
+
+
+def session_worker(url: str, worker: str, n: int, out: str) -> None:
+    """Append ``n`` messages through a `Session` with an engine, preparing (and so compacting) every 10.
+
+    On `ConcurrencyError` the worker reopens the session, which replays what the
+    others wrote (their compactions included), and retries. Writes, as JSON, the
+    number of reopenings and whether every prepared prompt was valid.
+    """
+    from agentcontext.engine import ContextEngine
+    from agentcontext.invariants import check_messages
+    from agentcontext.testing import WordCounter
+
+    def engine() -> ContextEngine:
+        return ContextEngine(window=900, reserve=100, counter=WordCounter(), truncator=None)
+
+    def reopen() -> Session:
+        return Session.from_store(open_store(url, **options(url)), engine=engine())
+
+    session = reopen()
+    reopened = 0
+    invalid: list[str] = []
+    for i in range(n):
+        words = " ".join(f"{worker}w{i}x{k}" for k in range(30))
+        message = Message(role="user", content=words, id=f"msg_{worker}_{i}")
+        while True:
+            try:
+                session.append(message)  # a ConcurrencyError wrote nothing: retrying cannot double it
+                break
+            except ConcurrencyError:
+                session.close()
+                session = reopen()
+                reopened += 1
+        if i % 10 == 9:
+            while True:
+                try:
+                    prepared = session.prepare()
+                    invalid += [str(v) for v in check_messages(prepared.messages)]
+                    break
+                except ConcurrencyError:
+                    session.close()
+                    session = reopen()
+                    reopened += 1
+    session.close()
+    Path(out).write_text(json.dumps({"reopened": reopened, "invalid": invalid}))

@@ -1,0 +1,478 @@
+"""PostgreSQL and Redis stores: URLs, explicit set-up, administration, large records, the async side.
+
+Against the real servers (``db_servers.py``); each test in its own schema or key prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agentcontext.cli import main
+from agentcontext.exceptions import (
+    ConcurrencyError,
+    ConfigError,
+    SessionNotFoundError,
+    StoreError,
+    StoreNotInitializedError,
+    StoreUnavailableError,
+)
+from agentcontext.messages import Message
+from agentcontext.session import JSONLStore, Session, SQLiteStore
+from agentcontext.session.stores import SessionDatabase, open_database, open_store
+from db_servers import PG_URL, REDIS_URL, database, free_port, need, redis_prefix, unique, with_session
+
+SERVERS = ["postgres", "redis"]
+
+
+def _rec(seq: int, text: str = "x") -> dict[str, object]:
+    return {"seq": seq, "type": "note", "ts": None, "text": text}
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh schema (PostgreSQL) or key prefix (Redis), initialised."""
+    with database(str(request.param)) as url:
+        yield url
+
+
+# ----------------------------------------------------------------------------- locations
+
+
+def test_a_location_picks_its_store(tmp_path: Path) -> None:
+    from agentcontext.session.stores import PostgresStore, RedisStore
+
+    jsonl = open_store(tmp_path / "a.jsonl", fsync="never")
+    assert isinstance(jsonl, JSONLStore) and jsonl.path == tmp_path / "a.jsonl" and jsonl.fsync == "never"
+    assert isinstance(open_store(str(tmp_path / "b.jsonl")), JSONLStore)
+    relative = open_store("sqlite:///runs/x.db?session=task-1")
+    assert isinstance(relative, SQLiteStore)
+    assert relative.path == Path("runs/x.db").absolute() and relative.session_id == "task-1"
+    absolute = open_store(f"sqlite:///{tmp_path}/x.db?session=a%20b")
+    assert isinstance(absolute, SQLiteStore) and absolute.path == tmp_path / "x.db"
+    assert absolute.session_id == "a b"
+    pg = open_store("postgresql://app:s3cret@db.internal:5433/agents?session=t1&schema=ac&sslmode=disable")
+    assert isinstance(pg, PostgresStore) and pg.session_id == "t1" and pg.schema == "ac"
+    assert pg.conninfo == "postgresql://app:s3cret@db.internal:5433/agents?sslmode=disable"
+    assert pg.location == "postgresql://app@db.internal:5433/agents?schema=ac#t1"  # no password
+    rd = open_store("redis://:s3cret@cache:6380/2?session=t2&prefix=team", read_only=True)
+    assert isinstance(rd, RedisStore) and rd.session_id == "t2" and rd.prefix == "team" and rd.read_only
+    assert rd.location == "redis://cache:6380/2?prefix=team#t2"
+
+
+@pytest.mark.parametrize(
+    ("location", "options", "message"),
+    [
+        ("mysql://db/app?session=a", {}, "unknown session location scheme 'mysql://'"),
+        ("postgresql://db/app", {}, r"names no session: add \?session=ID"),
+        ("redis://:pw@cache/0", {}, r"'redis://:\*\*\*@cache/0' names no session"),
+        ("sqlite:///x.db?session=a&timeout=3", {}, "unknown parameter"),
+        ("sqlite://host/x.db?session=a", {}, "has no host"),
+        ("postgresql://db/app?session=a&session=b", {}, "appears twice"),
+        ("postgresql://db/app?session=", {}, "session= is empty"),
+        (
+            "redis://cache/0?session=a",
+            {"fsync": "never"},
+            "RedisStore takes no option 'fsync'; it takes prefix",
+        ),
+        ("postgresql://db/app?session=a", {"session_id": "b"}, "already given by the URL"),
+        ("postgresql://db/app?session=a&schema=", {}, "schema= is empty"),
+        ("redis://cache/0?session=a&prefix={x}", {}, "prefix must be"),
+    ],
+)
+def test_a_bad_location_is_a_clear_error(location: str, options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        open_store(location, **options)
+    assert "pw" not in str(info.value)
+
+
+def test_the_database_clients_load_only_for_their_urls() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None; sys.modules['redis'] = None\n"
+        "from agentcontext.session.stores import open_store\n"
+        "import agentcontext.cli\n"
+        "open_store('sqlite:///x.db?session=a')\n"
+        "for url in ('postgresql://db/app?session=a', 'redis://cache/0?session=a'):\n"
+        "    try:\n"
+        "        open_store(url)\n"
+        "    except ImportError as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (
+        lines[0].startswith("MissingDependencyError") and "pip install 'agentcontext[postgres]'" in lines[0]
+    )
+    assert lines[1].startswith("MissingDependencyError") and "pip install 'agentcontext[redis]'" in lines[1]
+
+
+# ----------------------------------------------------------------------------- explicit set-up
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_database_that_was_never_initialised_is_a_clear_error_naming_the_command(kind: str) -> None:
+    need(kind)
+    base = (
+        PG_URL + "?schema=" + unique("ac_none_")
+        if kind == "postgres"
+        else REDIS_URL + "?prefix=" + unique("none:")
+    )
+    store = open_store(with_session(base, "a"))
+    with pytest.raises(StoreNotInitializedError, match="agentcontext db init '") as info:
+        store.open(create=True)
+    assert base.split("://")[1].split("?")[0] in str(info.value)
+    db = open_database(base)
+    with pytest.raises(StoreNotInitializedError, match="db init"):
+        db.sessions()
+    db.close()
+    if kind == "postgres":  # nothing was created behind the user's back
+        import psycopg
+
+        with psycopg.connect(PG_URL) as conn:
+            schema = base.rsplit("=", 1)[1]
+            assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+
+
+def test_postgres_init_is_versioned_and_idempotent_and_refuses_newer_tables() -> None:
+    need("postgres")
+    import psycopg
+
+    from agentcontext.session.stores.postgres import DB_VERSION
+
+    schema = unique("ac_init_")
+    url = f"{PG_URL}?schema={schema}"
+    db = open_database(url)
+    try:
+        done = db.init()
+        assert done == [f"created schema {schema!r}", f"migrated {db.location} to version {DB_VERSION}"]
+        assert db.init() == []  # current: nothing to do
+        with psycopg.connect(PG_URL) as conn:
+            rows = conn.execute(f'SELECT version, library FROM "{schema}".agentcontext_migrations').fetchall()
+            assert [r[0] for r in rows] == [DB_VERSION] and rows[0][1].startswith("agentcontext")
+            conn.execute(
+                f'INSERT INTO "{schema}".agentcontext_migrations (version) VALUES (%s)', (DB_VERSION + 1,)
+            )
+            conn.commit()
+        with pytest.raises(StoreError, match="newer than this library"):
+            db.init()
+        with pytest.raises(StoreError, match="newer than this library"):
+            open_store(with_session(url, "a")).open(create=True)
+    finally:
+        db.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_concurrent_inits_of_one_schema_all_succeed() -> None:
+    need("postgres")
+    import psycopg
+
+    schema = unique("ac_race_")
+    url = f"{PG_URL}?schema={schema}"
+    databases = [open_database(url) for _ in range(4)]  # a connection each: four real clients
+    barrier = threading.Barrier(len(databases))
+    results: list[list[str] | BaseException] = []
+
+    def init(db: SessionDatabase) -> None:
+        barrier.wait()
+        try:
+            results.append(db.init())
+        except BaseException as exc:  # reported by the assertion below
+            results.append(exc)
+
+    threads = [threading.Thread(target=init, args=(db,)) for db in databases]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert all(isinstance(r, list) for r in results), results
+        assert sum(any("migrated" in line for line in r) for r in results if isinstance(r, list)) == 1
+    finally:
+        for db in databases:
+            db.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# ----------------------------------------------------------------------------- sessions and records
+
+
+def test_sessions_are_listed_deleted_and_pruned(server: str) -> None:
+    db = open_database(server)
+    refs = {}
+    try:
+        for sid in ("old", "new"):
+            with Session.from_store(open_store(with_session(server, sid))) as s:
+                s.append(Message(role="user", content=f"hello from {sid}"))
+                refs[sid] = s.artifacts.put(f"artifact of {sid}")
+        _age(server, "old", days=40)
+        infos = {i.session_id: i for i in db.sessions()}
+        assert set(infos) == {"old", "new"} and infos["new"].records == 2
+        assert infos["old"].updated is not None and infos["new"].updated is not None
+        assert infos["old"].updated < infos["new"].updated
+        assert [i.session_id for i in db.sessions()] == ["old", "new"]  # oldest update first
+        assert db.prune(timedelta(days=30)) == ["old"]
+        assert [i.session_id for i in db.sessions()] == ["new"]
+        with pytest.raises(SessionNotFoundError):
+            open_store(with_session(server, "old"), read_only=True).open(create=False)
+        assert db.delete("new") and not db.delete("new")
+        assert db.sessions() == []
+        fresh = open_store(with_session(server, "new"))  # a deleted id starts afresh: nothing stale
+        fresh.open(create=True)
+        assert list(fresh.load()) == [] and refs["new"] not in fresh.default_artifacts()
+        fresh.close()
+    finally:
+        db.close()
+
+
+def _age(server: str, session_id: str, *, days: int) -> None:
+    """Make a session look last updated ``days`` ago, behind the store's back."""
+    if server.startswith("postgresql"):
+        import psycopg
+
+        base, schema = server.split("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                f"UPDATE \"{schema}\".agentcontext_sessions SET updated_at = now() - interval '{days} days' "
+                "WHERE session_id = %s",
+                (session_id,),
+            )
+    else:
+        import redis
+
+        base, prefix = server.split("?prefix=")
+        client = redis.Redis.from_url(base)
+        seconds, _ = client.time()
+        millis = (seconds - days * 86400) * 1000
+        client.zadd(f"{prefix}:sessions", {session_id: millis})
+        client.hset(f"{prefix}:{{{session_id}}}:meta", "updated", millis)
+        client.close()
+
+
+def test_a_20_mb_message_is_stored_and_restored_whole(server: str) -> None:
+    big = "0123456789abcdef" * (20 * 1024 * 1024 // 16)  # 20 MiB of tool output
+    url = with_session(server, unique("big"))
+    with Session.from_store(
+        open_store(url, **({"fsync": "never"} if url.startswith("postgresql") else {}))
+    ) as s:
+        s.append(Message(role="user", content="read the log"))
+        s.append(Message(role="assistant", content=big))
+        s.append(Message(role="user", content="thanks"))
+    with Session.from_store(open_store(url, read_only=True), create=False) as s:
+        assert [len(m.text) for m in s.view] == [12, len(big), 6]
+        assert s.view[1].text == big
+
+
+def test_a_long_log_is_written_in_one_batch_and_read_back_across_pages(server: str) -> None:
+    # 6,001 records: past one INSERT's rows (PostgreSQL), several load pages / HMGET batches, read ahead.
+    url = with_session(server, unique("long"))
+    store = open_store(url)
+    store.open(create=True)
+    store.append([_rec(i, f"r{i}") for i in range(6_001)], expected_seq=0)
+    with pytest.raises(ConcurrencyError):  # the batch moved the log's end as a whole
+        store.append([_rec(6_000)], expected_seq=6_000)
+    assert [r.data["seq"] for r in store.load()] == list(range(6_001))
+    assert [r.data["text"] for r in store.load(after=1_998)][:3] == ["r1999", "r2000", "r2001"]
+    assert [r.where for r in store.load(after=5_998)] == ["seq 5999", "seq 6000"]
+    partial = store.load()
+    assert [next(partial).data["seq"] for _ in range(3)] == [0, 1, 2]
+    partial.close()  # a restore abandoned mid-way leaves nothing running
+
+    async def read_async() -> list[object]:
+        other = open_store(url, read_only=True)
+        await other.aopen(create=False)  # type: ignore[attr-defined]
+        seqs = [r.data["seq"] async for r in other.aload(after=2_500)]  # type: ignore[attr-defined]
+        await other.aclose()  # type: ignore[attr-defined]
+        return seqs
+
+    assert asyncio.run(read_async()) == list(range(2_501, 6_001))
+    store.close()
+
+
+def test_a_session_deleted_while_open_refuses_appends_clearly(server: str) -> None:
+    store = open_store(with_session(server, "doomed"))
+    store.open(create=True)
+    store.append([_rec(0)], expected_seq=0)
+    db = open_database(server)
+    assert db.delete("doomed")
+    db.close()
+    with pytest.raises(
+        SessionNotFoundError, match="deleted while this store had it open; nothing was written"
+    ):
+        store.append([_rec(1)], expected_seq=1)
+    store.close()
+
+
+def test_read_only_and_missing_sessions(server: str) -> None:
+    with pytest.raises(SessionNotFoundError, match="no session 'ghost'"):
+        open_store(with_session(server, "ghost"), read_only=True).open(create=False)
+    writer = open_store(with_session(server, "real"))
+    writer.open(create=True)
+    writer.append([_rec(0)], expected_seq=0)
+    reader = open_store(with_session(server, "real"), read_only=True)
+    reader.open(create=False)
+    assert [r.data["seq"] for r in reader.load()] == [0]
+    with pytest.raises(StoreError, match="read-only"):
+        reader.append([_rec(1)], expected_seq=1)
+    for s in (reader, writer):
+        s.close()
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_an_unreachable_server_is_a_clear_error_after_the_retries(kind: str) -> None:
+    port = free_port()  # nothing listens there
+    url = f"postgresql://postgres@127.0.0.1:{port}/x" if kind == "postgres" else f"redis://127.0.0.1:{port}/0"
+    store = open_store(with_session(url, "a"), retry_timeout=0.3)
+    with pytest.raises(StoreUnavailableError, match=f"127.0.0.1:{port}") as info:
+        store.open(create=True)
+    assert "running" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- async
+
+
+def test_the_async_side_speaks_the_same_protocol(server: str) -> None:
+    url = with_session(server, unique("async"))
+
+    async def scenario() -> list[object]:
+        first, second = open_store(url), open_store(url)
+        await first.aopen(create=True)  # type: ignore[attr-defined]
+        await second.aopen(create=True)  # type: ignore[attr-defined]
+        await first.aappend([_rec(0), _rec(1, "a")], expected_seq=0)  # type: ignore[attr-defined]
+        with pytest.raises(ConcurrencyError):
+            await second.aappend([_rec(0, "b")], expected_seq=0)  # type: ignore[attr-defined]
+        missed = [r.data["seq"] async for r in second.aload(after=-1)]  # type: ignore[attr-defined]
+        await second.aappend([_rec(2, "b")], expected_seq=2)  # type: ignore[attr-defined]
+        after = [r.data["text"] async for r in first.aload(after=1)]  # type: ignore[attr-defined]
+        leased = [
+            await first.aacquire_lease("a", 30),  # type: ignore[attr-defined]
+            await second.aacquire_lease("b", 30),  # type: ignore[attr-defined]
+            await first.arelease_lease("a"),  # type: ignore[attr-defined]
+            await second.aacquire_lease("b", 30),  # type: ignore[attr-defined]
+        ]
+        await first.aclose()  # type: ignore[attr-defined]
+        await second.aclose()  # type: ignore[attr-defined]
+        return [missed, after, leased]
+
+    missed, after, leased = asyncio.run(scenario())
+    assert missed == [0, 1] and after == ["b"] and leased == [True, False, True, True]
+    sync = open_store(url, read_only=True)
+    sync.open(create=False)
+    assert [r.data["seq"] for r in sync.load()] == [
+        0,
+        1,
+        2,
+    ]  # what the async side wrote, read by the sync side
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
+def test_the_db_commands(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if kind == "sqlite":
+        _cli_scenario(f"sqlite:///{tmp_path}/runs.db", capsys, fresh=True)
+        return
+    need(kind)
+    if kind == "postgres":
+        import psycopg
+
+        schema = unique("ac_cli_")
+        try:
+            _cli_scenario(f"{PG_URL}?schema={schema}", capsys, fresh=True)
+        finally:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    else:
+        with redis_prefix() as url:  # already initialised: `db init` then has nothing to do
+            _cli_scenario(url, capsys, fresh=False)
+
+
+def _cli_scenario(url: str, capsys: pytest.CaptureFixture[str], *, fresh: bool) -> None:
+    assert main(["db", "init", url]) == 0
+    out = capsys.readouterr().out
+    assert ("migrated" in out or "created" in out or "initialised" in out) if fresh else "up to date" in out
+    assert main(["db", "init", url]) == 0 and "up to date" in capsys.readouterr().out
+    for sid in ("alpha", "beta"):
+        with Session.from_store(open_store(with_session(url, sid))) as s:
+            s.append(Message(role="user", content="hi"))
+    assert main(["db", "list", url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(row["session"] for row in listed) == ["alpha", "beta"]
+    assert all(row["records"] == 2 and row["updated"] for row in listed)
+    assert main(["db", "list", url]) == 0 and "2 session(s)" in capsys.readouterr().out
+    assert main(["db", "delete", url, "--session", "alpha"]) == 0
+    assert "deleted session 'alpha'" in capsys.readouterr().out
+    assert main(["db", "delete", url, "--session", "alpha"]) == 3
+    assert "no session 'alpha'" in capsys.readouterr().err
+    assert main(["db", "delete", with_session(url, "beta")]) == 0  # the session's own URL works too
+    capsys.readouterr()
+    with Session.from_store(open_store(with_session(url, "gamma"))) as s:
+        s.append(Message(role="user", content="hi"))
+    assert main(["db", "prune", url, "--older-than", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deleted": [], "would_delete": []}
+    assert main(["db", "prune", url, "--older-than", "0", "--dry-run"]) == 0
+    assert "would delete 1 session(s)" in capsys.readouterr().out
+    assert main(["db", "list", url, "--json"]) == 0 and len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["db", "prune", url, "--older-than", "0"]) == 0
+    assert "deleted 1 session(s)" in capsys.readouterr().out
+    assert main(["db", "list", url, "--json"]) == 0 and json.loads(capsys.readouterr().out) == []
+
+
+def test_the_db_commands_reject_a_jsonl_path_and_a_bad_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", "list", str(tmp_path / "a.jsonl")]) == 3
+    assert "a JSONL session is one file" in capsys.readouterr().err
+    assert main(["db", "list", "ftp://x/y"]) == 3
+    assert "unknown session location scheme" in capsys.readouterr().err
+    assert main(["db", "prune", "sqlite:///x.db", "--older-than", "-1"]) == 3
+    assert main(["db", "delete", "sqlite:///x.db"]) == 3
+    assert "--session ID" in capsys.readouterr().err
+
+
+def test_the_session_commands_take_a_database_url_through_open_store(server: str) -> None:
+    # What `Session.open(url)` will do once it routes through open_store: the same view from any store.
+    url = with_session(server, unique("cli"))
+    with Session.from_store(open_store(url)) as s:
+        s.append(Message(role="user", content="first"))
+        cp = s.checkpoint()
+        s.append(Message(role="assistant", content="second"))
+        s.revert_to(cp)
+    with Session.from_store(open_store(url, read_only=True), create=False) as s:
+        assert [m.text for m in s.view] == ["first"] and len(s.checkpoints) == 1
+
+
+# ----------------------------------------------------------------------------- the guide
+
+
+def test_the_database_guide_runs(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    guide = Path(__file__).resolve().parents[1] / "docs" / "sessions-on-databases.md"
+    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 2
+    session_id = unique("doc")
+    url = with_session(server, session_id)
+    scope: dict[str, object] = {}
+    for block in blocks:
+        code = re.sub(r"^URL = .*$", f"URL = {url!r}", block, count=1, flags=re.M)
+        exec(compile(code, str(guide), "exec"), scope)
+    printed = capsys.readouterr().out.splitlines()
+    assert "migrated" not in printed[0] and "initialised" not in printed[0]  # already set up: nothing to do
+    assert printed[0] == "[]" or "no persistence" in printed[0]  # (the shared Redis runs without)
+    assert printed[1].endswith(f"#{session_id}") and ":" + "//" in printed[1]
+    store = open_store(url)
+    store.open(create=False)
+    assert store.acquire_lease("someone-else", 1)  # the guide's worker released its lease
+    store.close()
