@@ -1,16 +1,20 @@
-"""The `agentcontext` command, end to end through its entry point (subprocesses, real files)."""
+"""The `agentcontext` command, end to end: in this process through `agentcontext.cli.main` (fast), and
+through its console script where the entry point itself is what is tested. Real files, real servers."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from agentcontext.cli import main
 from agentcontext.formats import openai as oai
 from agentcontext.invariants import check_messages
 from agentcontext.tokens import TiktokenCounter
@@ -19,20 +23,29 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "django-11133.jsonl"
 
 
-def run(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    return subprocess.run(
-        [sys.executable, "-m", "agentcontext", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=cwd or ROOT,
-        env=env,
-        timeout=120,
-    )
+@dataclass(frozen=True)
+class Ran:
+    """What a command did: its exit code and what it wrote."""
+
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+def run(*args: str, stdin: str | None = None) -> Ran:
+    """Run the command line in this process, with its own stdin, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.BytesIO((stdin or "").encode())), encoding="utf-8")  # type: ignore[arg-type]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        sys.stdin = saved
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def assert_one_line_error(proc: Ran, code: int, *needles: str) -> None:
     assert proc.returncode == code, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("agentcontext: error: "), proc.stderr
@@ -99,7 +112,7 @@ def test_fit_reads_stdin_and_keeps_the_json_array_layout() -> None:
         ("not json at all", ("not a conversation",)),
         ('[{"role": "user", "content": "hi"}, ]', ("not valid JSON", "line 1")),
         ('{"role": "user", "content": "hi"}\n{"content": "no role"}\n', ("message 1", "role")),
-        ("[1, 2]", ("message 0", "int")),
+        ("[1, 2]", ("message 0", "number")),
         ('[{"role": "wizard", "content": "hi"}]', ("message 0", "wizard")),
         (
             '[{"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]',
@@ -155,9 +168,11 @@ def test_fit_strict_refuses_invalid_conversations() -> None:
 
 
 def test_bad_option_values_are_usage_errors() -> None:
-    assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "-5"), 3, "--window")
     assert_one_line_error(
-        run("fit", str(EXAMPLE), "--model", "gpt-4o", "--soft", "0.3", "--target", "0.5"), 3, "thresholds"
+        run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "-5"), 2, "--window", "-5"
+    )
+    assert_one_line_error(
+        run("replay", str(EXAMPLE), "--model", "gpt-4o", "--soft", "0.3", "--target", "0.5"), 3, "thresholds"
     )
     proc = run("fit", str(EXAMPLE))
     assert proc.returncode == 2 and "--model" in proc.stderr
@@ -306,3 +321,268 @@ def test_session_tools_on_missing_or_wrong_files(tmp_path: Path) -> None:
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert "not a session file" in proc.stderr.splitlines()[-1]
     assert all(line.startswith("agentcontext: ") for line in proc.stderr.splitlines())
+
+
+# ----------------------------------------------------------------------------- whole requests
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command in the repository and return its output.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "the command line"},
+                    "timeout": {"type": "integer", "description": "seconds"},
+                },
+                "required": ["command"],
+            },
+        },
+    }
+]
+
+
+def example_dicts() -> list[dict[str, object]]:
+    return [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+
+
+def test_fit_an_openai_request_counts_its_tools_and_keeps_every_other_field(tmp_path: Path) -> None:
+    body = {
+        "model": "gpt-4o",
+        "temperature": 0.2,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "metadata": {"run": [1, 2]},
+        "messages": example_dicts(),
+    }
+    src, out, report = tmp_path / "request.json", tmp_path / "out.json", tmp_path / "report.json"
+    src.write_text(json.dumps(body), encoding="utf-8")
+    proc = run("fit", str(src), "--model", "gpt-4o", "--window", "16000", "--reserve", "2000",
+               "-o", str(out), "--report", str(report))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    fitted = json.loads(out.read_text(encoding="utf-8"))
+    assert list(fitted) == list(body)
+    assert {k: v for k, v in fitted.items() if k != "messages"} == {
+        k: v for k, v in body.items() if k != "messages"
+    }
+    data = json.loads(report.read_text(encoding="utf-8"))
+    counter = TiktokenCounter("o200k_base")
+    assert data["tool_tokens"] == counter.count_tools(TOOLS) > 0
+    messages = oai.to_messages(fitted["messages"])
+    assert check_messages(messages) == []
+    assert (
+        counter.count_messages(messages) + data["tool_tokens"]
+        == data["tokens_after"]
+        <= data["budget"]
+        == 14_000
+    )
+    assert "tools" in proc.stderr and "OpenAI Chat Completions request body" in proc.stderr
+
+
+def anthropic_body() -> dict[str, object]:
+    from agentcontext.formats import anthropic
+
+    msgs = oai.to_messages(example_dicts())
+    system, messages = anthropic.from_messages(msgs, validate=False)
+    assert isinstance(system, str)
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 3000,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "tools": [
+            {
+                "name": "bash",
+                "description": "Run a command.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string"}},
+                    "required": ["command"],
+                },
+            }
+        ],  # fmt: skip
+        "messages": messages,
+    }
+
+
+def test_fit_an_anthropic_request_keeps_its_system_prompt_and_layout(tmp_path: Path) -> None:
+    from agentcontext.formats import anthropic
+
+    body = anthropic_body()
+    src, out = tmp_path / "request.json", tmp_path / "out.json"
+    src.write_text(json.dumps(body), encoding="utf-8")
+    proc = run("fit", str(src), "--model", "claude-sonnet-4-5", "--window", "20000", "-o", str(out),
+               "--report", str(tmp_path / "r.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    fitted = json.loads(out.read_text(encoding="utf-8"))
+    assert isinstance(fitted, dict) and list(fitted) == list(body)
+    assert fitted["system"] == body["system"]  # verbatim, cache_control included
+    assert fitted["tools"] == body["tools"] and fitted["max_tokens"] == 3000
+    assert len(fitted["messages"]) < len(body["messages"])  # type: ignore[arg-type]
+    msgs = anthropic.to_messages(fitted["messages"], system="s")
+    assert check_messages(msgs, system_first_only=True) == []
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert report["reserve"] == 3000  # the body's max_tokens
+    assert report["tool_tokens"] > 0 and "max_tokens" in proc.stderr
+    counted = run("count", str(src), "--model", "claude-sonnet-4-5", "--json")
+    data = json.loads(counted.stdout)
+    assert data["kind"] == "request" and data["format"] == "anthropic"
+    assert data["instructions"]["tokens"] > 0 and data["tool_definitions"]["tokens"] > 0
+    # What count says the request costs is what the engine counts before preparing it.
+    from agentcontext.engine import ContextEngine
+
+    sent = anthropic.to_messages(body["messages"])  # type: ignore[arg-type]
+    system = body["system"][0]["text"]  # type: ignore[index]
+    expected = ContextEngine("claude-sonnet-4-5").count(sent, tools=body["tools"], instructions=system)  # type: ignore[arg-type]
+    assert data["tokens"] == expected
+
+
+def test_fit_writes_a_request_that_needs_nothing_back_as_it_came(tmp_path: Path) -> None:
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi", "name": "ann"}],
+            "response_format": {"type": "json_object"}, "x-unknown": [None, 1.5, "y"]}  # fmt: skip
+    proc = run("fit", "-", "--model", "gpt-4o", stdin=json.dumps(body))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == body
+
+
+def test_fit_a_responses_request(tmp_path: Path) -> None:
+    pytest.importorskip("agentcontext.formats.responses")
+    body = {
+        "model": "gpt-4o",
+        "instructions": "You are terse.",
+        "tools": [
+            {"type": "function", "name": "ls", "parameters": {"type": "object", "properties": {}}},
+            {"type": "web_search"},
+        ],  # fmt: skip
+        "input": [
+            {"role": "user", "content": "what is in /tmp?"},
+            {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+        ],
+        "store": False,
+    }
+    proc = run("fit", "-", "--model", "gpt-4o", stdin=json.dumps(body))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == body
+    assert "Responses API request body" in proc.stderr and "hosted tool" in proc.stderr
+
+
+def test_fit_fills_the_budget_once_and_takes_a_target(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    proc = run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "-o", str(tmp_path / "o.jsonl"),
+               "--report", str(report))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["fill"] is True and data["fill_target"] == 0.96
+    assert any("one-shot fit" in n for n in data["notes"])
+    proc = run("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--target", "0.6",
+               "-o", str(tmp_path / "o.jsonl"), "--report", str(report))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["fill_target"] == 0.6 and data["tokens_after"] <= data["budget"]
+    assert_one_line_error(run("fit", str(EXAMPLE), "--model", "gpt-4o", "--target", "1"), 3, "--target")
+
+
+def test_the_bounded_report_groups_actions_and_the_full_one_lists_every_id(tmp_path: Path) -> None:
+    short, full = tmp_path / "short.json", tmp_path / "full.json"
+    args = ("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "6000", "-o", str(tmp_path / "o.jsonl"))
+    assert run(*args, "--report", str(short)).returncode == 0
+    assert run(*args, "--report", str(full), "--report-full").returncode == 0
+    grouped = json.loads(short.read_text(encoding="utf-8"))
+    listed = json.loads(full.read_text(encoding="utf-8"))
+    assert grouped["full"] is False and listed["full"] is True
+    assert grouped["tokens_after"] == listed["tokens_after"]
+    by_kind: dict[str, int] = {}
+    for action in listed["actions"]:
+        by_kind[action["kind"]] = by_kind.get(action["kind"], 0) + len(action["message_ids"])
+    assert {g["kind"]: g["messages"] for g in grouped["actions"]} == by_kind
+    for group in grouped["actions"]:
+        assert "message_ids" not in group
+        assert all(0 <= a <= b < 266 for a, b in group["input_ranges"])
+
+
+# ----------------------------------------------------------------------------- a summarizer that fails
+
+
+@pytest.fixture
+def failing_server(monkeypatch: pytest.MonkeyPatch) -> object:
+    from llm_servers import LLMServer, error
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with LLMServer("openai") as server:
+        server.script(error(401, "invalid api key", kind="authentication_error"))
+        yield server
+
+
+def test_fit_stops_when_the_named_summarizer_fails(failing_server: object, tmp_path: Path) -> None:
+    url = failing_server.url  # type: ignore[attr-defined]
+    out = tmp_path / "out.jsonl"
+    args = ("fit", str(EXAMPLE), "--model", "gpt-4o", "--window", "16000", "--summarizer", "openai:m",
+            "--base-url", url, "-o", str(out))  # fmt: skip
+    proc = run(*args)
+    assert_one_line_error(proc, 5, "openai:m failed", "401", "--allow-fallback")
+    assert not out.exists() and proc.stdout == ""
+    assert failing_server.requests  # type: ignore[attr-defined]
+    proc = run(*args, "--allow-fallback")
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists()
+    assert "fallback: summarize gave way to the next tier: the summarizer failed" in proc.stderr
+
+
+def test_compact_records_nothing_when_the_named_summarizer_fails(
+    failing_server: object, session_file: Path
+) -> None:
+    before = session_file.read_bytes()
+    proc = run("compact", str(session_file), "--model", "gpt-4o", "--window", "4000", "--summarizer",
+               "openai:m", "--base-url", failing_server.url)  # type: ignore[attr-defined]  # fmt: skip
+    assert_one_line_error(proc, 5, "openai:m failed", "nothing recorded")
+    assert session_file.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- the command line itself
+
+
+def test_version_and_debug_anywhere() -> None:
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == "agentcontext 0.1.0"
+    for args in (("--debug", "fit", "-", "--model", "gpt4o"), ("fit", "-", "--model", "gpt4o", "--debug")):
+        proc = run(*args, stdin="[]")
+        assert proc.returncode == 3
+        assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith(
+            "agentcontext: error:"
+        )
+    proc = run("fit", "-", "--model", "gpt4o", stdin="[]")
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_model_the_registry_does_not_know(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    proc = run("fit", str(EXAMPLE), "--model", "my-local-llama", "--window", "32000", "-o", str(tmp_path / "o"),
+               "--report", str(report))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "my-local-llama is not in the model registry" in proc.stderr and "estimator" in proc.stderr
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["window"] == 32_000 and data["counter"].startswith("estimate")
+    proc = run("count", str(EXAMPLE), "--model", "my-local-llama", "--window", "32000", "--tokenizer",
+               "cl100k_base", "--json")  # fmt: skip
+    data = json.loads(proc.stdout)
+    msgs = oai.to_messages(example_dicts())
+    assert data["counter"] == "tiktoken:cl100k_base" and data["context_window"] == 32_000
+    assert data["tokens"] == TiktokenCounter("cl100k_base").count_messages(msgs)
+    proc = run(
+        "fit", str(EXAMPLE), "--model", "gpt-4o", "--encoding", "cl100k_base", "-o", str(tmp_path / "o")
+    )
+    assert proc.returncode == 0 and "counting with cl100k_base" in proc.stderr
+
+
+def test_python_m_agentcontext_exits_quietly_on_a_closed_pipe() -> None:
+    proc = subprocess.run(
+        f"{sys.executable} -m agentcontext models --json | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Exception" not in proc.stderr

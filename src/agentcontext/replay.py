@@ -20,10 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .engine import ContextEngine, Level
+from ._api import ToolDefinitions
+from ._report import Report
+from .compaction import Level
+from .engine import ContextEngine
 from .exceptions import ContextOverflowError
-from .invariants import check_messages
-from .messages import JSONValue, Message
+from .invariants import ConversationChecker
+from .messages import JSONValue, Message, MessageView
+from .summarizers._identifiers import extract_identifiers
 
 if TYPE_CHECKING:
     from .models import ModelSpec
@@ -182,32 +186,31 @@ class ReplayResult:
         }
 
 
-def _identifiers(message: Message, cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    from .summarizers import extract_identifiers
-
-    hit = cache.get(message.id)
-    if hit is None:
-        text = "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
-        hit = cache[message.id] = tuple(extract_identifiers(text))
-    return hit
-
-
 def replay(
     messages: Sequence[Message],
     engine: ContextEngine,
     *,
     spec: ModelSpec | None = None,
     identifiers: bool = True,
+    tools: ToolDefinitions | None = None,
+    instructions: str | None = None,
     progress: object = None,
 ) -> ReplayResult:
     """Replay ``messages`` through ``engine``: prepare before every assistant message.
+
+    Each call costs O(new messages + prompt size), never O(history): the history
+    the engine is given is a view (no copy), the engine extends its state, and the
+    figures of a call are updated from what changed since the previous one. So a
+    replay is linear in the conversation's length for a given window.
 
     Args:
         messages: the recorded conversation.
         engine: a fresh engine (it remembers the conversation between calls).
         spec: the model whose prices and cache style the cost figures use
             (default: the engine's model; no costs without one).
-        identifiers: measure identifier retention (costs a regex pass per message).
+        identifiers: measure identifier retention (a regex pass per message, once).
+        tools: the tool definitions the agent sent with every call (counted against the budget).
+        instructions: the system prompt the agent sent outside the messages with every call.
         progress: a callable taking the number of calls done, for progress bars.
     """
     spec = spec or engine.model
@@ -225,15 +228,17 @@ def replay(
     )
     style: CacheModel = spec.cache_style if spec is not None else "none"
     counter = engine.counter
-    ident_cache: dict[str, tuple[str, ...]] = {}
-    previous: list[Message] = []
+    items = list(messages)
+    retention = _Retention() if identifiers else None
+    validity = _Validity()
+    previous: Sequence[Message] = ()
     previous_tokens = 0
-    stops = [i for i, m in enumerate(messages) if m.role == "assistant" and i > 0]
+    stops = [i for i, m in enumerate(items) if m.role == "assistant" and i > 0]
     for n, stop in enumerate(stops):
-        history = messages[:stop]
-        output = counter.count_message(messages[stop])
+        history = MessageView(items, stop)  # the first ``stop`` messages, without a copy
+        output = counter.count_message(items[stop])
         try:
-            prepared = engine.prepare(history)
+            prepared = engine.prepare(history, tools=tools, instructions=instructions)
         except ContextOverflowError:
             result.records.append(
                 CallRecord(
@@ -247,16 +252,20 @@ def replay(
                     overflow=True,
                 )
             )
-            engine.reset()
-            previous, previous_tokens = [], 0
+            previous, previous_tokens = (), 0
+            if callable(progress):
+                progress(n + 1)
             continue
-        out = list(prepared.messages)
+        out = prepared.messages
         report = prepared.report
-        if check_messages(out):
+        # The engine only appends between compactions; a compaction can keep the first and the
+        # n-th message while changing those between, so only a quiet call may be an extension.
+        extends = not report.compacted and _extends(previous, out)
+        if validity.invalid(previous, out, extends):
             result.violations += 1
         if report.tokens_after > budget:
             result.over_budget += 1
-        common, system = _shared_prefix(previous, out, counter)
+        common, system = _shared_prefix(previous, out, counter, previous_tokens, report, extends)
         cached, written = cached_tokens(
             style=style,
             prompt=report.tokens_after,
@@ -278,8 +287,8 @@ def replay(
         if report.compacted:
             key = max(report.level, Level.NORMAL).label
             result.compactions[key] = result.compactions.get(key, 0) + 1
-        if identifiers:
-            evicted, kept = _identifier_retention(history, out, ident_cache)
+        if retention is not None:
+            evicted, kept = retention.update(items, stop, previous, out, extends)
             result.identifiers_evicted += evicted
             result.identifiers_kept += kept
         previous, previous_tokens = out, report.tokens_after
@@ -289,37 +298,193 @@ def replay(
     return result
 
 
+def _extends(previous: Sequence[Message], out: Sequence[Message]) -> bool:
+    """True when ``out`` is ``previous`` plus new messages at the end (the engine did not compact), in O(1).
+
+    Ids name content, and the engine only ever appends between compactions, so
+    equal first and last ids of the shared part mean the same messages.
+    """
+    n = len(previous)
+    if not n or len(out) < n:
+        return False
+    return out[0].id == previous[0].id and out[n - 1].id == previous[n - 1].id
+
+
+class _Validity:
+    """Whether each call's prompt breaks a provider rule, checking only what is new when the prompt only grew.
+
+    A `ConversationChecker` stays fed with the previous prompt (without its end
+    check); a prompt that extends it feeds only its new messages, then checks its
+    end on a copy. A compacted prompt is checked from scratch.
+    """
+
+    def __init__(self) -> None:
+        self.checker = ConversationChecker()
+        self.broken = False
+        """The messages fed so far break a rule (they stay in every prompt that extends them)."""
+
+    def invalid(self, previous: Sequence[Message], out: Sequence[Message], extends: bool) -> bool:
+        """True when ``out`` breaks a rule."""
+        if extends:
+            new: Sequence[Message] = out[len(previous) :]
+        else:
+            self.checker, self.broken, new = ConversationChecker(), False, out
+        for m in new:
+            if self.checker.feed(m):
+                self.broken = True
+        return self.broken or bool(self.checker.copy().finish())
+
+
 def _shared_prefix(
-    previous: Sequence[Message], out: Sequence[Message], counter: TokenCounter
+    previous: Sequence[Message],
+    out: Sequence[Message],
+    counter: TokenCounter,
+    previous_tokens: int,
+    report: Report,
+    extends: bool,
 ) -> tuple[int, int]:
-    """Tokens of the longest common prefix (by message id) with the previous call, and of the system prompt."""
-    common = 0
-    for a, b in zip(previous, out, strict=False):
-        if a.id != b.id:
-            break
-        common += counter.count_message(a)
+    """Tokens of the longest common prefix (by message id) with the previous call, and of the system prompt.
+
+    When the prompt only grew, the whole previous prompt is the shared prefix (its
+    messages, without the reply priming and the tool definitions counted in it).
+    """
     system = 0
     for m in out:
         if m.role != "system":
             break
         system += counter.count_message(m)
+    if extends:
+        return previous_tokens - counter.count_messages(()) - report.tool_tokens, system
+    common = 0
+    for a, b in zip(previous, out, strict=False):
+        if a.id != b.id:
+            break
+        common += counter.count_message(a)
     return common, system
 
 
-def _identifier_retention(
-    history: Sequence[Message], out: Sequence[Message], cache: dict[str, tuple[str, ...]]
-) -> tuple[int, int]:
-    """Identifiers in messages of ``history`` missing from ``out``, and how many of them ``out`` still mentions."""
-    out_ids = {m.id for m in out}
-    evicted: dict[str, None] = {}
-    for m in history:
-        if m.id not in out_ids:
-            for ident in _identifiers(m, cache):
-                evicted.setdefault(ident, None)
-    if not evicted:
-        return 0, 0
-    haystack = "\n".join(part for m in out for part in (m.text, *(c.arguments for c in m.tool_calls)))
-    return len(evicted), sum(1 for ident in evicted if ident in haystack)
+class _Retention:
+    """Identifiers of evicted messages and how many of them the prompt still holds, updated per call.
+
+    A history message is evicted while the prompt does not hold it (its id). The
+    figures of a call are the distinct identifiers of the evicted messages, and
+    how many of those appear among the identifiers of the prompt's messages
+    (summaries and notes included), a path also standing for each of its tails
+    (``django/http/response.py`` holds ``http/response.py`` and ``response.py``),
+    as a search of the prompt's text would find them. Both are kept as counts,
+    updated from what entered or left the prompt since the previous call and from
+    the new history messages, so a call costs O(change), not O(history).
+    """
+
+    def __init__(self) -> None:
+        self.cache: dict[str, tuple[str, ...]] = {}
+        self.tails: dict[str, tuple[str, ...]] = {}
+        self.seen = 0
+        """History messages looked at so far (``items[:seen]``)."""
+        self.in_prompt: dict[str, int] = {}
+        """Ids of the messages in the prompt (with multiplicity)."""
+        self.history_ids: set[str] = set()
+        self.evicted: set[str] = set()
+        """Ids of history messages not in the prompt."""
+        self.evicted_idents: dict[str, int] = {}
+        """Identifier -> how many evicted messages hold it."""
+        self.prompt_idents: dict[str, int] = {}
+        """Identifier -> how many prompt messages hold it."""
+        self.kept = 0
+        """Identifiers in both."""
+
+    def _idents(self, message: Message) -> tuple[str, ...]:
+        hit = self.cache.get(message.id)
+        if hit is None:
+            text = "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
+            hit = self.cache[message.id] = tuple(extract_identifiers(text))
+        return hit
+
+    def _keys(self, message: Message) -> tuple[str, ...]:
+        """The identifiers a prompt message holds: its own, and the tails of its paths."""
+        hit = self.tails.get(message.id)
+        if hit is None:
+            keys: dict[str, None] = {}
+            for ident in self._idents(message):
+                keys[ident] = None
+                start = ident.find("://") + 3 if "://" in ident else 0
+                for i in range(start, len(ident)):
+                    if ident[i] == "/" and len(ident) - i > 3:
+                        keys.setdefault(ident[i + 1 :], None)
+            hit = self.tails[message.id] = tuple(keys)
+        return hit
+
+    def _add(self, table: dict[str, int], other: dict[str, int], message: Message) -> None:
+        keys = self._keys(message) if table is self.prompt_idents else self._idents(message)
+        for ident in keys:
+            n = table.get(ident, 0)
+            table[ident] = n + 1
+            if n == 0 and other.get(ident, 0) > 0:
+                self.kept += 1
+
+    def _remove(self, table: dict[str, int], other: dict[str, int], message: Message) -> None:
+        keys = self._keys(message) if table is self.prompt_idents else self._idents(message)
+        for ident in keys:
+            n = table[ident] - 1
+            if n:
+                table[ident] = n
+            else:
+                del table[ident]
+                if other.get(ident, 0) > 0:
+                    self.kept -= 1
+
+    def _enter(self, message: Message) -> None:
+        n = self.in_prompt.get(message.id, 0)
+        self.in_prompt[message.id] = n + 1
+        if n == 0:
+            self._add(self.prompt_idents, self.evicted_idents, message)
+            if message.id in self.evicted:
+                self.evicted.discard(message.id)
+                self._remove(self.evicted_idents, self.prompt_idents, message)
+
+    def _leave(self, message: Message) -> None:
+        n = self.in_prompt[message.id] - 1
+        if n:
+            self.in_prompt[message.id] = n
+            return
+        del self.in_prompt[message.id]
+        self._remove(self.prompt_idents, self.evicted_idents, message)
+        if message.id in self.history_ids and message.id not in self.evicted:
+            self.evicted.add(message.id)
+            self._add(self.evicted_idents, self.prompt_idents, message)
+
+    def update(
+        self,
+        items: Sequence[Message],
+        stop: int,
+        previous: Sequence[Message],
+        out: Sequence[Message],
+        extends: bool,
+    ) -> tuple[int, int]:
+        """Account for this call's prompt ``out`` of history ``items[:stop]``; return (evicted, kept)."""
+        if extends:
+            entered: Sequence[Message] = out[len(previous) :]
+            left: Sequence[Message] = ()
+        else:
+            before = {m.id for m in previous}
+            after = {m.id for m in out}
+            entered = [m for m in out if m.id not in before]
+            left = [m for m in previous if m.id not in after]
+        for m in left:
+            self._leave(m)
+        for m in entered:
+            self._enter(m)
+        for m in items[self.seen : stop]:
+            if m.id in self.history_ids:
+                continue
+            self.history_ids.add(m.id)
+            if m.id not in self.in_prompt:  # new, and not sent (cut at ingest, or dropped at once)
+                self.evicted.add(m.id)
+                self._add(self.evicted_idents, self.prompt_idents, m)
+        self.seen = max(self.seen, stop)
+        if not self.evicted:
+            return 0, 0
+        return len(self.evicted_idents), self.kept
 
 
 def _costs(result: ReplayResult, spec: ModelSpec | None) -> None:

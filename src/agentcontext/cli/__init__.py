@@ -1,13 +1,19 @@
 """The ``agentcontext`` command.
 
 Errors are one line on stderr and a non-zero exit code (a traceback only with
-``--debug``); output a person reads is a rich table; ``--json`` gives scripts
-JSON. Colour is off when stdout is not a terminal (and with ``NO_COLOR``).
+``--debug``, which, like ``--no-color``, may stand anywhere on the command
+line); output a person reads is a rich table; ``--json`` gives scripts JSON.
+Colour is off when stdout is not a terminal (and with ``NO_COLOR``). Text from
+the user's files is printed as it is: never read as rich markup, and with
+control characters shown as ``\\x1b``-style escapes, so a message cannot
+restyle, clear or take over the terminal.
 
 Exit codes: 0 success; 1 unexpected failure; 2 bad command-line usage; 3 bad
-input (unreadable file, not JSON, not a conversation, unknown model, invalid
-conversation in ``--strict`` mode, a missing or locked session file); 4 the
-conversation cannot fit.
+input (unreadable file, not JSON, nested too deeply, not a conversation,
+unknown model, invalid conversation in ``--strict`` mode, a missing or locked
+session file, a bad database URL); 4 the conversation cannot fit; 5 a
+summarizer named with ``--summarizer`` failed and ``--allow-fallback`` was not
+given (nothing is written).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from .. import __version__
 from ..exceptions import (
     AgentContextError,
     ContextOverflowError,
@@ -31,14 +38,16 @@ from ..exceptions import (
     StorePermissionError,
     UsageError,
 )
+from ._text import one_line, plain
 
-__all__ = ["EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main"]
+__all__ = ["EXIT_FALLBACK", "EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main", "plain"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INVALID = 3
 EXIT_UNFIT = 4
+EXIT_FALLBACK = 5
 
 
 @dataclass(frozen=True)
@@ -56,40 +65,64 @@ class _Parser(argparse.ArgumentParser):
     """argparse with our one-line error format and exit code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"agentcontext: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"agentcontext: error: {plain(message)} (see `{self.prog} --help`)\n")
 
 
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
 
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--debug`` and ``--no-color``, on the top parser and (recursively) on every sub-command.
+
+    On sub-commands their default is "absent", so a sub-command never resets a
+    value the top parser already read: ``agentcontext --debug fit ...`` and
+    ``agentcontext fit ... --debug`` mean the same.
+    """
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks for errors")
+    parser.add_argument(
+        "--no-color", action="store_true", default=default, help="no colour in output (also: NO_COLOR=1)"
+    )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                _add_global_options(child, top=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser (one sub-command per module)."""
-    from . import _count, _fit, _models, _replay, _sessions
+    from . import _count, _db, _fit, _models, _replay, _sessions
 
     parser = _Parser(
         prog="agentcontext",
         description="Keep an LLM agent's conversation inside its model's context window.",
-        epilog="Example:\n  agentcontext fit conversation.jsonl --model gpt-4o --window 16000 > fitted.jsonl",
+        epilog="Example:\n  agentcontext fit conversation.jsonl --model gpt-4o --window 16000 > fitted.jsonl\n\n"
+        "--debug and --no-color may stand anywhere on the command line.",
         formatter_class=_formatter,
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    parser.add_argument("--no-color", action="store_true", help="no colour in output (also: NO_COLOR=1)")
+    parser.add_argument("--version", action="version", version=f"agentcontext {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (_fit, _replay, _sessions, _count, _models):
+    for module in (_fit, _replay, _sessions, _count, _models, _db):
         module.register(sub, _formatter)
+    _add_global_options(parser, top=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors exit from argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     no_color = args.no_color or bool(os.environ.get("NO_COLOR"))
     # Off a terminal rich assumes 80 columns and truncates table cells; logs and pipes get room.
     width = None if sys.stdout.isatty() else 200
-    out = Console(no_color=no_color, highlight=False, soft_wrap=True, width=width)
-    err = Console(stderr=True, no_color=no_color, highlight=False, soft_wrap=True, width=width)
+    # No markup, no emoji codes, no highlighting: user text ("[/INST]", ":smile:") prints as it is.
+    options = {"no_color": no_color, "highlight": False, "markup": False, "emoji": False, "soft_wrap": True}
+    out = Console(width=width, **options)  # type: ignore[arg-type]
+    err = Console(stderr=True, width=width, **options)  # type: ignore[arg-type]
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
@@ -110,21 +143,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentContextError as exc:
         _fail(err, args, str(exc))
         return EXIT_FAILURE
+    except RecursionError:
+        # Data nested deeper than Python's stack (a crafted file): bad input, not a crash.
+        _fail(
+            err, args, "the input is nested too deeply to process (thousands of levels of arrays or objects)"
+        )
+        return EXIT_INVALID
+    except MemoryError:
+        _fail(err, args, "out of memory")
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         _fail(err, args, "interrupted")
         return 130
     except BrokenPipeError:
+        _quiet_stdout()
         return EXIT_OK  # e.g. `agentcontext fit ... | head`
     except Exception as exc:  # the last line of defence: one line, no traceback unless --debug
         _fail(err, args, f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)")
         return EXIT_FAILURE
 
 
+def _quiet_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def _fail(err: Console, args: argparse.Namespace, message: str) -> None:
     if getattr(args, "debug", False):
         traceback.print_exc()
-    first = message.strip().splitlines()[0] if message.strip() else "failed"
-    err.print(f"agentcontext: error: {first}", markup=False)
+    err.print(f"agentcontext: error: {one_line(message) or 'failed'}")
 
 
 def run() -> None:

@@ -1,8 +1,9 @@
-"""``agentcontext count``: tokens of a text or a conversation, as the model's provider bills them."""
+"""``agentcontext count``: tokens of a text, a conversation or a whole request, as the model's provider bills them."""
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,28 +12,36 @@ from typing import Any
 from rich.table import Table
 
 from .. import models
+from .._intake import InstructionTokens, ToolTokens
 from ..messages import tool_call_index, tool_name_for
 from . import Consoles
-from ._io import InputError, read_conversation
+from ._common import add_model_options, model_from
+from ._io import FORMATS, InputError, read_request
+from ._progress import Activity
+from ._text import plain
 
-HELP = """Count the tokens of a conversation (OpenAI format, JSON or JSON Lines) or of a plain text file,
-with the model's tokenizer (exact for OpenAI models, offline), per role and per tool.
+HELP = """Count the tokens of a conversation or a whole request body (OpenAI Chat Completions, Anthropic
+Messages or Responses API; JSON or JSON Lines), or of a plain text file, with the model's tokenizer
+(exact for OpenAI models, offline), per role and per tool. A request's system prompt and tool
+definitions are counted too: everything it sends.
 
-Example:
+Examples:
   agentcontext count examples/django-11133.jsonl --model gpt-4o
-  agentcontext count notes.txt --model claude-sonnet-4-5 --json"""
+  agentcontext count request.json --model claude-sonnet-4-5 --json
+  agentcontext count notes.txt --model my-local-llama --window 32000 --tokenizer cl100k_base"""
 
 
 def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> None:
     """Add the ``count`` sub-command."""
     p = sub.add_parser(
         "count",
-        help="count the tokens of a text or conversation",
+        help="count the tokens of a text, conversation or request",
         description=HELP,
         formatter_class=formatter,
     )
-    p.add_argument("file", help="a conversation (.json/.jsonl) or a text file, or - for stdin")
-    p.add_argument("--model", "-m", required=True, help="model name from `agentcontext models`")
+    p.add_argument("file", help="a conversation or request (.json/.jsonl) or a text file, or - for stdin")
+    add_model_options(p, thresholds=False, reserve=False)
+    p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=run)
 
@@ -44,82 +53,122 @@ def _is_conversation(path: str) -> bool:
     if suffix in (".json", ".jsonl"):
         return True
     try:
-        head = Path(path).read_text(encoding="utf-8", errors="replace")[:1].lstrip()
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     except OSError:
         return True  # let the reader report the error
-    return head in ("[", "{")
+    return head in (b"[", b"{")
+
+
+def _read_text(path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if b"\x00" in data[:65536]:
+        raise InputError(f"{path}: binary data (NUL bytes), expected text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def run(args: argparse.Namespace, io: Consoles) -> int:
     """Count and print."""
-    spec = models.get(args.model)
+    spec, note = model_from(args)
     counter = models.counter_for(spec)
+    if note:
+        io.err.print(f"note: {plain(note)}")
     if not _is_conversation(args.file):
-        try:
-            text = Path(args.file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{args.file}: cannot be read as UTF-8 text ({exc})") from None
-        tokens = counter.count_text(text)
-        result = {
-            "file": args.file,
-            "model": spec.name,
-            "counter": counter.name,
-            "kind": "text",
-            "tokens": tokens,
-        }
+        text = _read_text(args.file)
+        n = counter.count_text(text)
+        result = {"file": args.file, "model": spec.name, "counter": counter.name, "kind": "text", "tokens": n}
         if args.json:
-            io.out.print(json.dumps(result), markup=False)
+            io.out.print(json.dumps(result, ensure_ascii=False))
         else:
-            io.out.print(f"{args.file}: {tokens:,} tokens ({spec.name}, {counter.name})", markup=False)
+            io.out.print(f"{plain(args.file)}: {n:,} tokens ({spec.name}, {counter.name})")
         return 0
-    conv = read_conversation(args.file)
-    msgs = conv.messages
-    total = counter.count_messages(msgs)
+    with Activity(io) as activity:
+        request = read_request(args.file, fmt=args.format, progress=activity.reading(args.file))
+        msgs = request.messages
+        per: list[int] = []
+        with activity.step(f"counting {len(msgs):,} messages", total=len(msgs)) as done:
+            for i, m in enumerate(msgs):
+                per.append(counter.count_message(m))
+                if i % 4096 == 0:
+                    done(i)
+    for text in request.notes:
+        io.err.print(f"note: {plain(text)}")
+    tool_tokens = ToolTokens().count(request.counted_tools, counter)
+    instruction_tokens = InstructionTokens().count(request.instructions, counter)
+    total = sum(per) + counter.count_messages(()) + tool_tokens + instruction_tokens
     by_role: dict[str, list[int]] = {}
     by_tool: dict[str, list[int]] = {}
     calls = tool_call_index(msgs)
-    for m in msgs:
-        n = counter.count_message(m)
-        by_role.setdefault(m.role, [0, 0])
-        by_role[m.role][0] += 1
-        by_role[m.role][1] += n
+    for m, n in zip(msgs, per, strict=True):
+        row = by_role.setdefault(m.role, [0, 0])
+        row[0] += 1
+        row[1] += n
         if m.role == "tool":
-            tool = tool_name_for(m, calls)
-            by_tool.setdefault(tool, [0, 0])
-            by_tool[tool][0] += 1
-            by_tool[tool][1] += n
-    largest = sorted(msgs, key=lambda m: -counter.count_message(m))[:5]
+            row = by_tool.setdefault(tool_name_for(m, calls), [0, 0])
+            row[0] += 1
+            row[1] += n
+    largest = heapq.nlargest(5, range(len(msgs)), key=per.__getitem__)
+    window = spec.context_window
     result = {
-        "file": conv.source,
+        "file": request.source,
+        "format": request.format,
+        "layout": request.layout,
         "model": spec.name,
         "counter": counter.name,
-        "kind": "conversation",
+        "kind": "request" if request.layout == "body" else "conversation",
         "messages": len(msgs),
         "tokens": total,
-        "context_window": spec.context_window,
-        "share_of_window": round(total / spec.context_window, 4),
+        "instructions": {"tokens": instruction_tokens},
+        "tool_definitions": {"tools": len(request.counted_tools or ()), "tokens": tool_tokens},
+        "context_window": window,
+        "share_of_window": round(total / window, 4),
         "by_role": {r: {"messages": v[0], "tokens": v[1]} for r, v in by_role.items()},
         "by_tool": {t: {"results": v[0], "tokens": v[1]} for t, v in by_tool.items()},
-        "largest": [
-            {"index": msgs.index(m), "role": m.role, "tokens": counter.count_message(m)} for m in largest
-        ],
+        "largest": [{"index": i, "role": msgs[i].role, "tokens": per[i]} for i in largest],
     }
     if args.json:
-        io.out.print(json.dumps(result, ensure_ascii=False), markup=False)
+        io.out.print(json.dumps(result, ensure_ascii=False))
         return 0
-    table = Table(title=f"{conv.source}: {total:,} tokens for {spec.name} ({counter.name})")
+    table = Table(title=f"{plain(request.source)}: {total:,} tokens for {spec.name} ({counter.name})")
     table.add_column("role / tool")
     table.add_column("messages", justify="right")
     table.add_column("tokens", justify="right")
     table.add_column("share", justify="right")
-    for role, (count, tokens) in sorted(by_role.items(), key=lambda kv: -kv[1][1]):
-        table.add_row(role, f"{count:,}", f"{tokens:,}", f"{tokens / total:.0%}")
-    for tool, (count, tokens) in sorted(by_tool.items(), key=lambda kv: -kv[1][1]):
-        table.add_row(f"  tool: {tool}", f"{count:,}", f"{tokens:,}", f"{tokens / total:.0%}")
+
+    def share(tokens: int) -> str:
+        return f"{tokens / total:.0%}" if total else "-"
+
+    if instruction_tokens:
+        field = "system" if request.format == "anthropic" else "instructions"
+        table.add_row(
+            f"{field} (sent outside the messages)", "", f"{instruction_tokens:,}", share(instruction_tokens)
+        )
+    for role, (n, t) in sorted(by_role.items(), key=lambda kv: -kv[1][1]):
+        table.add_row(role, f"{n:,}", f"{t:,}", share(t))
+    for tool, (n, t) in sorted(by_tool.items(), key=lambda kv: -kv[1][1]):
+        table.add_row(f"  tool: {plain(tool)}", f"{n:,}", f"{t:,}", share(t))
+    if tool_tokens:
+        table.add_row(
+            "tool definitions",
+            f"{len(request.counted_tools or ()):,}",
+            f"{tool_tokens:,}",
+            share(tool_tokens),
+        )
     io.out.print(table)
     io.out.print(
-        f"{len(msgs):,} messages, {total:,} tokens: {total / spec.context_window:.1%} of {spec.name}'s "
-        f"{spec.context_window:,}-token window.",
-        markup=False,
+        f"{len(msgs):,} messages, {total:,} tokens: {total / window:.1%} of {spec.name}'s "
+        f"{window:,}-token window."
     )
     return 0

@@ -8,18 +8,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .. import models
-from ..engine import Level
+from ..compaction import Level
 from ..replay import ReplayResult, replay
 from ..strategies import MaskObservations, SlidingWindow, Strategy, TokenBudget
-from . import Consoles
-from ._common import add_model_options, engine_from
-from ._io import read_conversation
+from . import EXIT_FALLBACK, Consoles
+from ._common import add_model_options, add_summarizer_options, engine_from, model_from
+from ._errors import SummarizerFailed
+from ._io import FORMATS, read_request
+from ._progress import Activity
+from ._text import plain
 
-HELP = """Replay a recorded agent conversation (OpenAI format, JSON or JSON Lines) as the agent lived it:
+HELP = """Replay a recorded agent conversation (or request body, in any format `fit` reads) as the agent lived it:
 before each assistant message, the engine prepares the context from everything that came before, as an
 agent loop calls it. Prints model calls, compactions by level, peak and mean context tokens, input tokens
 sent, the share a provider's prompt cache would serve, the cost with and without caching, and the share
@@ -42,16 +43,10 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
         description=HELP,
         formatter_class=formatter,
     )
-    p.add_argument("conversation", help="conversation file (.json or .jsonl), or - for stdin")
+    p.add_argument("conversation", help="conversation or request body (.json or .jsonl), or - for stdin")
     add_model_options(p)
-    p.add_argument(
-        "--summarizer",
-        default="extractive",
-        help="extractive (offline, default), openai:MODEL or anthropic:MODEL (reads OPENAI_API_KEY / ANTHROPIC_API_KEY)",
-    )
-    p.add_argument(
-        "--base-url", help="API root for an openai: or anthropic: summarizer (e.g. a local vLLM or Ollama)"
-    )
+    p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
+    add_summarizer_options(p)
     p.add_argument(
         "--strategy",
         choices=STRATEGIES,
@@ -115,43 +110,47 @@ def rows(r: ReplayResult) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace, io: Consoles) -> int:
     """Replay and report."""
-    conversation = read_conversation(args.conversation)
-    spec = models.get(args.model)
+    spec, note = model_from(args)
+    if note:
+        io.err.print(f"note: {plain(note)}")
     names = list(STRATEGIES) if args.compare else [args.strategy]
     results: dict[str, ReplayResult] = {}
-    calls = sum(1 for i, m in enumerate(conversation.messages) if m.role == "assistant" and i > 0)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=io.err,
-        transient=True,
-        disable=not io.err.is_terminal,
-    ) as bar:
+    with Activity(io) as activity:
+        request = read_request(
+            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+        )
+        messages = request.messages
+        calls = sum(1 for i, m in enumerate(messages) if m.role == "assistant" and i > 0)
         for name in names:
-            engine = engine_from(args, pipelines=plain_pipelines(name))
-            task = bar.add_task(f"replay ({name})", total=calls)
-            results[name] = replay(
-                conversation.messages,
-                engine,
-                spec=spec,
-                progress=lambda done, task=task: bar.update(task, completed=done),
-            )
+            engine = engine_from(args, pipelines=plain_pipelines(name), spec=spec)
+            with activity.step(f"replay ({name})", total=calls) as done:
+                try:
+                    results[name] = replay(
+                        messages,
+                        engine,
+                        spec=spec,
+                        tools=request.counted_tools,
+                        instructions=request.instructions,
+                        progress=done,
+                    )
+                except SummarizerFailed as exc:
+                    io.err.print(
+                        f"agentcontext: error: {plain(str(exc))}; replay stopped. Fix the summarizer, or pass "
+                        "--allow-fallback to replay without it"
+                    )
+                    return EXIT_FALLBACK
     if args.plot:
         from ._plot import plot_replay
 
-        plot_replay(results, args.plot, title=f"{conversation.source} on {spec.name}")
+        plot_replay(results, args.plot, title=f"{request.source} on {spec.name}")
     if args.json:
         payload = {name: r.to_dict() for name, r in results.items()}
-        io.out.print(
-            json.dumps(payload if args.compare else payload[names[0]], ensure_ascii=False), markup=False
-        )
+        io.out.print(json.dumps(payload if args.compare else payload[names[0]], ensure_ascii=False))
         return 0
     first = results[names[0]]
     table = Table(
         title=(
-            f"{conversation.source}: {len(conversation.messages):,} messages replayed on {spec.name}, "
+            f"{plain(request.source)}: {len(request.messages):,} messages replayed on {spec.name}, "
             f"window {first.window:,}, reserve {first.reserve:,}"
         )
     )
@@ -163,5 +162,5 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
         table.add_row(label, *(per[name][i][1] for name in names))
     io.out.print(table)
     if args.plot:
-        io.err.print(f"plot written to {os.fspath(args.plot)}", markup=False)
+        io.err.print(f"plot written to {plain(os.fspath(args.plot))}")
     return 0

@@ -12,19 +12,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
-from .. import models
-from ..engine import ContextEngine, Status
+from .._report import Status
+from ..engine import ContextEngine
 from ..formats import anthropic as anthropic_format
 from ..formats import openai as oai
 from ..invariants import check_messages
 from ..messages import JSONValue, Message, tool_call_index, tool_name_for
 from ..session import Checkpoint, CompactionRecord, Session, SessionWarning
-from . import Consoles
-from ._common import add_model_options, add_summarizer_options, engine_from
-from ._io import InputError
+from . import EXIT_FALLBACK, Consoles
+from ._common import (
+    add_model_options,
+    add_summarizer_options,
+    count,
+    engine_from,
+    model_from,
+    named_summarizer,
+)
+from ._errors import SummarizerFailed
+from ._io import InputError, write_file
+from ._progress import Activity
+from ._reporting import SUMMARIZER_FAILURES, bounded_report, describe_fallback, fallbacks, summary_line
+from ._text import plain, preview
 
 
 def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> None:
@@ -42,10 +52,7 @@ Examples:
   agentcontext inspect runs/*.jsonl --model gpt-4o --json""",
     )
     p.add_argument("sessions", nargs="+", help="session files (.jsonl)")
-    p.add_argument(
-        "--model", "-m", default="gpt-4o", help="model for token counts and the level (default gpt-4o)"
-    )
-    p.add_argument("--window", type=int, help="context window (default: the model's)")
+    add_model_options(p, required=False, thresholds=False, reserve=False, default="gpt-4o")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=run_inspect)
 
@@ -64,7 +71,12 @@ Examples:
     p.add_argument("session", help="session file (.jsonl)")
     add_model_options(p)
     add_summarizer_options(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as JSON (bounded: counts and ranges)"
+    )
+    p.add_argument(
+        "--report-full", action="store_true", help="the JSON report lists every action and message id"
+    )
     p.set_defaults(handler=run_compact)
 
     p = sub.add_parser(
@@ -91,7 +103,7 @@ Example:
   agentcontext revert runs/task-42.jsonl 3""",
     )
     p.add_argument("session", help="session file (.jsonl)")
-    p.add_argument("checkpoint", type=int, help="checkpoint id (see `agentcontext checkpoints`)")
+    p.add_argument("checkpoint", type=count, help="checkpoint id (see `agentcontext checkpoints`)")
     p.set_defaults(handler=run_revert)
 
     p = sub.add_parser(
@@ -122,16 +134,17 @@ def _open(
         warnings.simplefilter("always", SessionWarning)
         session = Session.open(path, create=False, read_only=read_only, engine=engine)
     skipped = [w for w in caught if issubclass(w.category, SessionWarning)]
-    for w in skipped[:5]:
-        if err is not None:
-            err.print(f"agentcontext: warning: {w.message}", markup=False)
-    if len(skipped) > 5 and err is not None:
-        err.print(f"agentcontext: warning: ... and {len(skipped) - 5} more", markup=False)
     try:
         if skipped and not len(session.view) and not session.checkpoints and not session.compactions:
             raise InputError(
-                f"{path}: not a session file: none of its lines could be read ({len(skipped)} skipped)"
+                f"{path}: not a session file: none of its lines could be read ({len(skipped)} skipped); "
+                "for a conversation file, use `agentcontext fit`, `count` or `replay`"
             )
+        for w in skipped[:5]:
+            if err is not None:
+                err.print(f"agentcontext: warning: {plain(str(w.message))}")
+        if len(skipped) > 5 and err is not None:
+            err.print(f"agentcontext: warning: ... and {len(skipped) - 5} more")
         yield session
     finally:
         session.close()
@@ -185,10 +198,8 @@ class SessionSummary:
         }
 
 
-def inspect_one(path: str, *, model: str, window: int | None, err: Console | None = None) -> SessionSummary:
-    """Everything `inspect` reports about one session."""
-    spec = models.get(model)
-    engine = ContextEngine(spec, window=window)
+def inspect_one(path: str, *, engine: ContextEngine, err: Console | None = None) -> SessionSummary:
+    """Everything `inspect` reports about one session, counted and judged by ``engine``."""
     counter = engine.counter
     with _open(path, read_only=True, err=err) as session:
         view = list(session.view)
@@ -207,7 +218,7 @@ def inspect_one(path: str, *, model: str, window: int | None, err: Console | Non
                 by_tool[tool] = (count + 1, tokens + n)
         return SessionSummary(
             path=path,
-            model=spec.name,
+            model=engine.model.name if engine.model is not None else "custom",
             messages=len(view),
             status=engine.status(view),
             by_role=by_role,
@@ -221,24 +232,25 @@ def inspect_one(path: str, *, model: str, window: int | None, err: Console | Non
 def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
     """Inspect one or more sessions."""
     results: list[SessionSummary] = []
-    with Progress(
-        console=io.err, transient=True, disable=len(args.sessions) < 2 or not io.err.is_terminal
-    ) as bar:
-        task = bar.add_task("inspecting sessions", total=len(args.sessions))
-        for path in args.sessions:
-            results.append(inspect_one(path, model=args.model, window=args.window, err=io.err))
-            bar.advance(task)
+    spec, note = model_from(args)
+    if note:
+        io.err.print(f"note: {plain(note)}")
+    engine = ContextEngine(spec, window=args.window)
+    with Activity(io) as activity, activity.step("inspecting", total=len(args.sessions)) as done:
+        for i, path in enumerate(args.sessions):
+            results.append(inspect_one(path, engine=engine, err=io.err))
+            done(i + 1)
     if args.json:
         dicts = [r.to_dict() for r in results]
-        io.out.print(json.dumps(dicts if len(dicts) > 1 else dicts[0], ensure_ascii=False), markup=False)
+        io.out.print(json.dumps(dicts if len(dicts) > 1 else dicts[0], ensure_ascii=False))
         return 0
     if len(results) > 1:
-        table = Table(title=f"{len(results)} sessions ({args.model})")
+        table = Table(title=f"{len(results)} sessions ({results[0].model})")
         for col in ("session", "messages", "tokens", "level", "checkpoints", "compactions"):
             table.add_column(col, justify="left" if col == "session" else "right")
         for r in results:
             table.add_row(
-                r.path,
+                plain(r.path),
                 f"{r.messages:,}",
                 f"{r.status.tokens:,}",
                 r.status.level.label,
@@ -249,9 +261,9 @@ def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
         return 0
     r = results[0]
     io.out.print(
-        f"{r.path}: {r.messages:,} messages in view, {r.status.tokens:,} tokens for {r.model}", markup=False
+        f"{plain(r.path)}: {r.messages:,} messages in view, {r.status.tokens:,} tokens for {r.model}"
     )
-    io.out.print(r.status.recommendation, markup=False)
+    io.out.print(r.status.recommendation)
     table = Table(title="tokens by role and tool")
     table.add_column("role / tool")
     table.add_column("messages", justify="right")
@@ -259,32 +271,65 @@ def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
     for role, (n, t) in sorted(r.by_role.items(), key=lambda kv: -kv[1][1]):
         table.add_row(role, f"{n:,}", f"{t:,}")
     for tool, (n, t) in sorted(r.by_tool.items(), key=lambda kv: -kv[1][1]):
-        table.add_row(f"  tool: {tool}", f"{n:,}", f"{t:,}")
+        table.add_row(f"  tool: {plain(tool)}", f"{n:,}", f"{t:,}")
     io.out.print(table)
     largest = Table(title="largest messages")
     for col in ("index", "role", "tokens", "starts with"):
         largest.add_column(col, justify="right" if col in ("index", "tokens") else "left")
     for i, m, t in r.largest:
-        largest.add_row(str(i), m.role, f"{t:,}", m.text[:80].replace("\n", " "))
+        largest.add_row(str(i), m.role, f"{t:,}", preview(m.text))
     io.out.print(largest)
-    io.out.print(f"checkpoints: {len(r.checkpoints)}; compactions: {len(r.compactions)}", markup=False)
+    io.out.print(f"checkpoints: {len(r.checkpoints)}; compactions: {len(r.compactions)}")
     return 0
 
 
 def run_compact(args: argparse.Namespace, io: Consoles) -> int:
     """Compact a session now."""
-    engine = engine_from(args)
-    with _open(args.session, read_only=False, engine=engine, err=io.err) as session:
-        prepared = session.compact()
-    report = prepared.report
+    spec, note = model_from(args)
+    engine = engine_from(args, spec=spec)
+    named = named_summarizer(args)
+    with (
+        Activity(io) as activity,
+        activity.step(f"compacting {args.session}"),
+        _open(args.session, read_only=False, engine=engine, err=io.err) as session,
+    ):
+        inputs = list(session.view)
+        try:
+            prepared = session.compact()
+        except SummarizerFailed as exc:
+            io.err.print(
+                f"agentcontext: error: {plain(str(exc))}; nothing recorded. Fix the summarizer, or pass "
+                "--allow-fallback to compact without it"
+            )
+            return EXIT_FALLBACK
+        report = prepared.report
+        failed = [a for a in fallbacks(report.actions) if a.fallback in SUMMARIZER_FAILURES]
+        if named is not None and failed and not args.allow_fallback:
+            if prepared.compaction is not None:
+                session.undo_compaction()
+            io.err.print(
+                f"agentcontext: error: the summarizer {named} did not deliver: {describe_fallback(failed[0])}; "
+                "the compaction was taken back. Fix the summarizer, or pass --allow-fallback to compact without it"
+            )
+            return EXIT_FALLBACK
+    if note:
+        io.err.print(f"note: {plain(note)}")
     if args.json:
-        io.out.print(json.dumps(report.to_dict(), ensure_ascii=False), markup=False)
+        data = bounded_report(report, inputs, full=args.report_full)
+        io.out.print(json.dumps(data, ensure_ascii=False))
     else:
         io.out.print(
-            f"{args.session}: {report.tokens_before:,} -> {report.tokens_after:,} tokens "
-            f"({len(report.actions)} actions, level {report.final_level.label}); the originals stay in the log",
-            markup=False,
+            f"{plain(args.session)}: {report.tokens_before:,} -> {report.tokens_after:,} tokens "
+            f"(level {report.final_level.label}): {summary_line(report)}; the originals stay in the log"
         )
+    for text in report.notes:
+        io.err.print(f"note: {plain(text)}")
+    seen: dict[str, int] = {}
+    for action in fallbacks(report.actions):
+        text = describe_fallback(action)
+        seen[text] = seen.get(text, 0) + 1
+    for text, n in seen.items():
+        io.err.print(f"fallback: {plain(text)}" + (f" ({n} times)" if n > 1 else ""))
     return 0
 
 
@@ -294,13 +339,13 @@ def run_checkpoints(args: argparse.Namespace, io: Consoles) -> int:
         cps = session.checkpoints
     if args.json:
         rows = [{"id": c.id, "label": c.label, "ts": c.ts, "messages": c.messages} for c in cps]
-        io.out.print(json.dumps(rows), markup=False)
+        io.out.print(json.dumps(rows, ensure_ascii=False))
         return 0
-    table = Table(title=f"{args.session}: {len(cps)} checkpoints")
+    table = Table(title=f"{plain(args.session)}: {len(cps)} checkpoints")
     for col in ("id", "label", "time", "messages in view"):
         table.add_column(col, justify="right" if col in ("id", "messages in view") else "left")
     for c in cps:
-        table.add_row(str(c.id), c.label or "", c.ts or "", f"{c.messages:,}")
+        table.add_row(str(c.id), preview(c.label or ""), plain(c.ts or ""), f"{c.messages:,}")
     io.out.print(table)
     return 0
 
@@ -310,9 +355,7 @@ def run_revert(args: argparse.Namespace, io: Consoles) -> int:
     with _open(args.session, read_only=False, err=io.err) as session:
         session.revert_to(args.checkpoint)
         n = len(session.view)
-    io.out.print(
-        f"{args.session}: reverted to checkpoint {args.checkpoint}; {n:,} messages in view", markup=False
-    )
+    io.out.print(f"{plain(args.session)}: reverted to checkpoint {args.checkpoint}; {n:,} messages in view")
     return 0
 
 
@@ -325,9 +368,8 @@ def run_export(args: argparse.Namespace, io: Consoles) -> int:
     problems = check_messages(view)
     if problems:
         io.err.print(
-            f"warning: {len(problems)} problem(s) a provider would reject, first: {problems[0]} "
-            "(`prepare` repairs them before a model call)",
-            markup=False,
+            f"agentcontext: warning: {len(problems)} problem(s) a provider would reject, first: "
+            f"{plain(str(problems[0]))} (`prepare` repairs them before a model call)"
         )
     if args.format == "openai":
         text = "".join(
@@ -340,9 +382,8 @@ def run_export(args: argparse.Namespace, io: Consoles) -> int:
             body["system"] = system
         text = json.dumps(body, ensure_ascii=False, indent=1) + "\n"
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-        io.err.print(f"{len(view):,} messages written to {args.output}", markup=False)
+        write_file(args.output, lambda f: f.write(text))
+        io.err.print(f"{len(view):,} messages written to {plain(args.output)}")
     else:
         sys.stdout.write(text)
     return 0
