@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentcontext.exceptions import InvalidConversationError, InvalidMessageError
+from _sizes import examples
+from agentcontext.exceptions import ConversionWarning, InvalidConversationError, InvalidMessageError
 from agentcontext.formats import anthropic
 from agentcontext.formats import openai as oai
 from agentcontext.invariants import check_messages
 from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from realdata import conversation_files, load
 from strategies import canonical_conversations, json_junk, junk_anthropic_dicts
 
-EVAL = Path("/work/shared/eval")
 PNG = "data:image/png;base64,iVBORw0KGgo="
 
 
@@ -44,7 +43,7 @@ def round_trip(msgs: list[Message], **kw: Any) -> list[Message]:
 # ----------------------------------------------------------------------------- round trips
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(canonical_conversations(for_anthropic=True))
 def test_conversations_anthropic_can_carry_round_trip_exactly(msgs: list[Message]) -> None:
     before = copy.deepcopy(msgs)
@@ -52,7 +51,7 @@ def test_conversations_anthropic_can_carry_round_trip_exactly(msgs: list[Message
     assert msgs == before
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(canonical_conversations(for_anthropic=True))
 def test_the_wire_shape_is_what_anthropic_accepts(msgs: list[Message]) -> None:
     system, params = anthropic.from_messages(msgs)
@@ -73,7 +72,7 @@ def test_the_wire_shape_is_what_anthropic_accepts(msgs: list[Message]) -> None:
                 assert isinstance(b["input"], dict)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(canonical_conversations(for_anthropic=True))
 def test_ids_are_deterministic_chains(msgs: list[Message]) -> None:
     system, params = anthropic.from_messages(msgs)
@@ -385,7 +384,7 @@ def test_the_messages_must_be_a_list() -> None:
         anthropic.to_messages({"role": "user", "content": "x"})  # type: ignore[arg-type]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.one_of(json_junk, st.lists(st.one_of(junk_anthropic_dicts, json_junk), max_size=4)),
     st.one_of(st.none(), json_junk),
@@ -405,10 +404,9 @@ def test_junk_converts_or_raises_a_clear_error(junk: object, system: object) -> 
 # ----------------------------------------------------------------------------- real logs
 
 
-@pytest.mark.skipif(not EVAL.exists(), reason="the shared eval set is not mounted")
 def test_every_real_log_converts_and_keeps_its_tool_pairs() -> None:
-    for path in sorted((EVAL / "conversations").glob("*.jsonl")):
-        dicts = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for path in conversation_files():
+        dicts = load(path)
         msgs = oai.to_messages(dicts)
         # Real logs leave the final submit unanswered and reuse ids: convert without validation.
         back = round_trip(msgs, validate=False)
@@ -429,3 +427,57 @@ def test_docstring_examples_run() -> None:
     import doctest
 
     assert doctest.testmod(anthropic).failed == 0
+
+
+# ----------------------------------------------------------------------------- what agentcontext does not model
+
+CLAUDE_CODE_SYSTEM = [
+    {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+]
+CLAUDE_CODE_MESSAGES = [
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "fix the bug", "cache_control": {"type": "ephemeral"}}],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "look at a.py first", "signature": "c2ln"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a.py"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [{"type": "text", "text": "print(1)"}],
+                "cache_control": {"type": "ephemeral"},
+            },
+            {"type": "text", "text": "<system-reminder>keep going</system-reminder>"},
+        ],
+    },
+]
+
+
+def test_keep_carries_what_is_not_modelled_and_writes_unchanged_messages_back_exactly() -> None:
+    with pytest.warns(ConversionWarning, match="'cache_control' on text blocks.*'thinking' blocks"):
+        msgs = anthropic.to_messages(CLAUDE_CODE_MESSAGES, system=CLAUDE_CODE_SYSTEM, unknown="keep")
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool", "user"]
+    assert msgs[2].tool_calls[0].name == "Read" and msgs[3].text == "print(1)"  # modelled as usual
+    system, back = anthropic.from_messages(msgs)
+    assert system == CLAUDE_CODE_SYSTEM and back == CLAUDE_CODE_MESSAGES  # cache_control, thinking: as sent
+    with pytest.raises(InvalidMessageError, match="cache_control"):
+        anthropic.to_messages(CLAUDE_CODE_MESSAGES, system=CLAUDE_CODE_SYSTEM)  # the default refuses them
+
+
+def test_a_message_the_engine_changed_is_written_from_its_fields_the_others_as_they_came() -> None:
+    with pytest.warns(ConversionWarning):
+        msgs = anthropic.to_messages(CLAUDE_CODE_MESSAGES, system=CLAUDE_CODE_SYSTEM, unknown="keep")
+    changed = msgs[3].evolve(content="[masked]")  # what masking does: a new id, stale carried blocks
+    system, back = anthropic.from_messages([*msgs[:3], changed, msgs[4]])
+    assert back[:2] == CLAUDE_CODE_MESSAGES[:2]
+    assert back[2]["content"][0] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "[masked]"}
+    assert back[2]["content"][1] == CLAUDE_CODE_MESSAGES[2]["content"][1]

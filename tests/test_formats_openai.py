@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _sizes import examples
 from agentcontext.exceptions import InvalidConversationError, InvalidMessageError
 from agentcontext.formats import openai as oai
 from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from realdata import conversation_files, load
 from strategies import canonical_conversations, json_junk, junk_openai_dicts, openai_conversations
-
-EVAL = Path("/work/shared/eval")
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "/tmp"}'}}
 
@@ -29,7 +27,7 @@ def strip_ids(messages: list[Message]) -> list[Message]:
 # ----------------------------------------------------------------------------- round trips
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(openai_conversations())
 def test_openai_dicts_round_trip_exactly(dicts: list[dict[str, Any]]) -> None:
     before = copy.deepcopy(dicts)
@@ -38,7 +36,7 @@ def test_openai_dicts_round_trip_exactly(dicts: list[dict[str, Any]]) -> None:
     assert dicts == before  # the input is not mutated
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(canonical_conversations())
 def test_canonical_messages_round_trip_through_openai(msgs: list[Message]) -> None:
     back = oai.to_messages(oai.from_messages(msgs))
@@ -295,7 +293,7 @@ def test_the_list_itself_must_be_a_list(bad: object) -> None:
         oai.to_messages(bad)  # type: ignore[arg-type]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.one_of(json_junk, st.lists(st.one_of(junk_openai_dicts, json_junk), max_size=4)))
 def test_junk_converts_or_raises_a_clear_error(junk: object) -> None:
     try:
@@ -368,12 +366,11 @@ def test_image_size_hints_are_not_sent() -> None:
 # ----------------------------------------------------------------------------- real logs
 
 
-@pytest.mark.skipif(not EVAL.exists(), reason="the shared eval set is not mounted")
 def test_every_real_log_converts_and_round_trips_exactly() -> None:
-    files = sorted((EVAL / "conversations").glob("*.jsonl"))
-    assert len(files) == 63
+    files = conversation_files()
+    assert len(files) >= 10
     for path in files:
-        dicts = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        dicts = load(path)
         msgs = oai.to_messages(dicts)
         # Real logs break rules (unanswered calls, reused ids): convert them without validation.
         assert oai.from_messages(msgs, validate=False) == dicts, path.name

@@ -17,9 +17,25 @@ Submodules:
   parameter plus ``messages``, tool results as ``tool_result`` blocks in user
   messages. Lossless for conversations Anthropic can carry; its module docstring
   lists the few normalizations (merged turns, dropped empty text blocks).
+- `agentcontext.formats.langchain`: LangChain messages (``BaseMessage``; the
+  ``langchain`` extra), LangChain ids kept so ``RemoveMessage`` works.
+- `agentcontext.formats.pydantic_ai`: Pydantic AI v2 ``ModelRequest`` /
+  ``ModelResponse`` parts (the ``pydantic-ai`` extra); a tool pair spans two of them.
+- `agentcontext.formats.responses`: OpenAI Responses API input items (the
+  Agents SDK's items too). Lossless in both directions; a reasoning item stays
+  with the items of its response, hosted calls with their outputs, and what
+  agentcontext does not model is carried whole and counted.
 
-Both check the conversation with `agentcontext.check_messages` on the way out
+All check the conversation with `agentcontext.check_messages` on the way out
 (``validate=True``) and raise `agentcontext.exceptions.InvalidMessageError`,
-naming the message index and field, for input they cannot convert. The wire
-shapes are TypedDicts in ``_wire.py``; no provider SDK is imported.
+naming the message index and field, for input they cannot convert. The Chat
+Completions and Anthropic wire shapes are TypedDicts in ``_wire.py``; Responses
+items are plain JSON dicts (their union has some 30 item types). No provider SDK
+is imported.
+
+`agentcontext.formats.pydantic_ai` converts a Pydantic AI message history
+(``ModelRequest`` / ``ModelResponse``), lossless in both directions; it needs
+the ``pydantic-ai`` extra and imports Pydantic AI only when imported itself. It
+does not validate on the way out: Pydantic AI repairs a history itself before
+each request, and an integration sends what the engine made valid.
 """

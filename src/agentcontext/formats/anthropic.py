@@ -48,22 +48,26 @@ message with one text part and tool calls comes back with string content;
 merged user turns come back as one message with text parts. Everything else
 round-trips exactly (ids aside). Block types and keys agentcontext does not
 model (``thinking``, ``document``, ``cache_control``...) raise
-`InvalidMessageError` rather than vanish.
+`InvalidMessageError` rather than vanish, or, with ``to_messages(...,
+unknown="keep")`` (what a proxy in front of Claude Code needs), travel whole in
+``metadata["anthropic"]`` and come back exactly for the messages the engine
+did not change.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 
-from ..exceptions import InvalidMessageError
+from ..exceptions import ConversionWarning, InvalidMessageError
 from ..invariants import ensure_valid
 from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
 from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
 from ._wire import AnthropicContentBlock, AnthropicMessage, AnthropicTextBlock
 
-__all__ = ["from_messages", "to_messages"]
+__all__ = ["KEY", "from_messages", "to_messages"]
 
 _MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
@@ -132,6 +136,9 @@ def from_messages(
 def _system_out(leading: Sequence[Message]) -> SystemParam:
     if not leading:
         return None
+    wire = _wire_of(leading[0]) if len(leading) == 1 else None
+    if isinstance(wire, Mapping) and "system" in wire:
+        return cast(SystemParam, wire["system"])
     if len(leading) == 1 and isinstance(leading[0].content, str):
         return leading[0].content
     blocks: list[_Block] = []
@@ -140,7 +147,19 @@ def _system_out(leading: Sequence[Message]) -> SystemParam:
     return cast("list[AnthropicTextBlock]", _drop_blank(blocks))
 
 
+def _wire_of(m: Message) -> object:
+    """The wire form ``unknown="keep"`` carried for ``m``, while ``m`` is the message it came with; else None."""
+    meta = m.metadata.get(KEY) if m.metadata else None
+    if isinstance(meta, Mapping) and meta.get("id") == m.id:
+        return meta.get("wire")
+    return None
+
+
 def _message_out(m: Message, index: int, late_system: str) -> tuple[str, str | list[_Block]]:
+    wire = _wire_of(m)
+    if wire is not None and m.role != "system":
+        role = "assistant" if m.role == "assistant" else "user"
+        return role, cast("str | list[_Block]", wire)
     if m.role == "system":
         if late_system != "inline":
             fail(
@@ -290,7 +309,12 @@ def _as_blocks(content: object) -> list[_Block]:
 # ----------------------------------------------------------------------------- Anthropic -> canonical
 
 
-def to_messages(messages: Iterable[Mapping[str, object]], *, system: object = None) -> list[Message]:
+def to_messages(
+    messages: Iterable[Mapping[str, object]],
+    *,
+    system: object = None,
+    unknown: Literal["raise", "keep"] = "raise",
+) -> list[Message]:
     """Convert Anthropic ``messages`` (and the ``system`` parameter) to canonical messages.
 
     Args:
@@ -298,6 +322,15 @@ def to_messages(messages: Iterable[Mapping[str, object]], *, system: object = No
             (JSON-decoded). Not modified.
         system: the ``system`` parameter: a string, a list of text blocks, or
             ``None`` (default) when there is none.
+        unknown: what to do with the keys and blocks agentcontext does not model
+            (``cache_control``, ``thinking`` and ``redacted_thinking``, ``document``,
+            server tools' blocks...): ``"raise"`` (default) refuses them with
+            `InvalidMessageError`; ``"keep"`` carries each message's wire blocks
+            whole in ``metadata["anthropic"]``, so that `from_messages` writes a
+            message the engine did not change back exactly as it came (its
+            ``cache_control`` breakpoints and thinking blocks included). What is not
+            modelled is not counted: a `ConversionWarning` names each kind once
+            (a previous turn's thinking is not billed by Anthropic anyway).
 
     Returns:
         Canonical messages with deterministic chain ids: a system message first
@@ -310,20 +343,28 @@ def to_messages(messages: Iterable[Mapping[str, object]], *, system: object = No
     """
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
         raise InvalidMessageError(f"expected a list of message dicts, got {type_name(messages)}")
+    if unknown not in ("raise", "keep"):
+        raise InvalidMessageError(f"unknown must be 'raise' or 'keep', got {unknown!r}")
     out: list[Message] = []
-    chain = _Chain(out)
+    chain = _Chain(out, keep=unknown == "keep")
     if system is not None:
-        chain.add({"system": system}, role="system", content=_system_in(system))
+        modelled = _modelled_system(system, chain.kept) if chain.keep else system
+        chain.add(
+            {"system": system}, role="system", content=_system_in(modelled), original={"system": system}
+        )
     for index, d in enumerate(messages):
         if not isinstance(d, Mapping):
             fail(f"expected a message dict, got {type_name(d)}", index=index)
-        only_keys(d, ("role", "content"), index=index)
+        if not chain.keep:
+            only_keys(d, ("role", "content"), index=index)
         role = d.get("role")
         content = d.get("content")
         if role not in ("user", "assistant", "system"):
             fail(f"unknown role {role!r}; expected 'user' or 'assistant'", index=index, field="role")
         if isinstance(content, str):
-            chain.add({"role": role, "content": content}, role=role, content=content, index=index)
+            chain.add(
+                {"role": role, "content": content}, role=role, content=content, index=index, original=content
+            )
             continue
         if not isinstance(content, list | tuple):
             fail(
@@ -331,21 +372,88 @@ def to_messages(messages: Iterable[Mapping[str, object]], *, system: object = No
                 index=index,
                 field="content",
             )
+        blocks = _modelled_blocks(content, chain.kept) if chain.keep else list(content)
         if role == "user":
-            _user_in(content, index, chain)
+            _user_in(blocks, content, index, chain)
         elif role == "assistant":
-            _assistant_in(content, index, chain)
+            _assistant_in(blocks, content, index, chain)
         else:
-            parts = tuple(_text_part_in(b, index, f"content[{j}]") for j, b in enumerate(content))
-            chain.add({"role": role, "content": content}, role="system", content=parts, index=index)
+            parts = tuple(
+                _text_part_in(b, index, f"content[{j}]") for j, b in enumerate(blocks) if b is not None
+            )
+            chain.add(
+                {"role": role, "content": content},
+                role="system",
+                content=parts,
+                index=index,
+                original=list(content),
+            )
+    if chain.kept:
+        warnings.warn(
+            "Anthropic "
+            + "; ".join(sorted(chain.kept))
+            + ": not modelled by agentcontext, so kept as sent for "
+            "the messages it does not change, and not counted",
+            ConversionWarning,
+            stacklevel=2,
+        )
     return out
+
+
+# What agentcontext models of each block type; "keep" carries the rest in metadata, whole.
+_MODELLED: dict[str, tuple[str, ...]] = {
+    "text": ("type", "text"),
+    "image": ("type", "source"),
+    "tool_use": ("type", "id", "name", "input"),
+    "tool_result": ("type", "tool_use_id", "content", "is_error"),
+}
+_SOURCE_KEYS = ("type", "media_type", "data", "url")
+KEY = "anthropic"
+"""The metadata key under which ``unknown="keep"`` carries a message's wire blocks (with the id they belong to)."""
+
+
+def _modelled_blocks(blocks: Sequence[object], kept: set[str]) -> list[object]:
+    """Each block reduced to what agentcontext models, or None for a block type it does not model.
+
+    What is left out is named in ``kept`` (for one warning per conversion).
+    """
+    out: list[object] = []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            out.append(block)  # refused below, with its index
+            continue
+        kind = block.get("type")
+        keys = _MODELLED.get(kind) if isinstance(kind, str) else None
+        if keys is None:
+            kept.add(f"{kind!r} blocks")
+            out.append(None)
+            continue
+        reduced: dict[str, object] = {k: v for k, v in block.items() if k in keys}
+        if len(reduced) != len(block):
+            kept.add(", ".join(repr(k) for k in block if k not in keys) + f" on {kind} blocks")
+        source = reduced.get("source")
+        if isinstance(source, Mapping):
+            reduced["source"] = {k: v for k, v in source.items() if k in _SOURCE_KEYS}
+        inner = reduced.get("content")
+        if kind == "tool_result" and isinstance(inner, list | tuple):
+            reduced["content"] = [b for b in _modelled_blocks(inner, kept) if b is not None]
+        out.append(reduced)
+    return out
+
+
+def _modelled_system(system: object, kept: set[str]) -> object:
+    if isinstance(system, list | tuple):
+        return [b for b in _modelled_blocks(system, kept) if b is not None]
+    return system
 
 
 class _Chain:
     """Appends messages with chain ids: each id derives from the previous one and this message's wire fragment."""
 
-    def __init__(self, out: list[Message]) -> None:
+    def __init__(self, out: list[Message], *, keep: bool = False) -> None:
         self.out = out
+        self.keep = keep
+        self.kept: set[str] = set()
 
     def add(
         self,
@@ -357,16 +465,22 @@ class _Chain:
         tool_calls: tuple[ToolCall, ...] = (),
         tool_call_id: str | None = None,
         metadata: Mapping[str, JSONValue] | None = None,
+        original: object = None,
     ) -> None:
         previous = self.out[-1].id if self.out else None
+        message_id = derive_id(previous, canonical_json(fragment))
+        meta = dict(metadata or {})
+        if self.keep and original is not None:
+            # The wire blocks this message came from, whole: written back as they were while its id stands.
+            meta[KEY] = {"id": message_id, "wire": json_value(original, index=index, field="content")}
         try:
             message = Message(
-                id=derive_id(previous, canonical_json(fragment)),
+                id=message_id,
                 role=role,
                 content=content,
                 tool_calls=tool_calls,
                 tool_call_id=tool_call_id,
-                metadata=metadata or {},
+                metadata=meta,
             )
         except InvalidMessageError as e:
             raise at(e, index=index) from None
@@ -385,36 +499,53 @@ def _system_in(system: object) -> str | tuple[ContentPart, ...]:
     return tuple(_text_part_in(b, None, f"system[{j}]") for j, b in enumerate(system))
 
 
-def _user_in(blocks: Sequence[object], index: int, chain: _Chain) -> None:
+def _user_in(blocks: Sequence[object], originals: Sequence[object], index: int, chain: _Chain) -> None:
     parts: list[ContentPart] = []
     other: list[object] = []
+    kept: list[object] = []  # the wire blocks of the user message (all but its tool results)
     for j, block in enumerate(blocks):
         field = f"content[{j}]"
+        if block is None:  # a block type "keep" carries without modelling
+            kept.append(originals[j])
+            continue
         kind = _block_type(block, index, field)
         if kind == "tool_result":
             call_id, content, metadata = _tool_result_in(cast(Mapping[str, object], block), index, field)
             chain.add(
-                {"role": "user", "content": [block]},
+                {"role": "user", "content": [originals[j]]},
                 role="tool",
                 content=content,
                 tool_call_id=call_id,
                 metadata=metadata,
                 index=index,
+                original=[originals[j]],
             )
         elif kind in ("text", "image"):
             parts.append(_part_in(cast(Mapping[str, object], block), index, field))
-            other.append(block)
+            other.append(originals[j])
+            kept.append(originals[j])
         else:
             _unsupported(kind, index, field, "user")
+    if kept and not parts:
+        # Only blocks agentcontext does not model (a document...): a marker stands for them in the text.
+        parts.append(TextPart(text="[agentcontext: content blocks kept as sent]"))
     if parts or not blocks:
-        chain.add({"role": "user", "content": other}, role="user", content=tuple(parts), index=index)
+        chain.add(
+            {"role": "user", "content": kept or other},
+            role="user",
+            content=tuple(parts),
+            index=index,
+            original=kept,
+        )
 
 
-def _assistant_in(blocks: Sequence[object], index: int, chain: _Chain) -> None:
+def _assistant_in(blocks: Sequence[object], originals: Sequence[object], index: int, chain: _Chain) -> None:
     texts: list[TextPart] = []
     calls: list[ToolCall] = []
     for j, block in enumerate(blocks):
         field = f"content[{j}]"
+        if block is None:
+            continue
         kind = _block_type(block, index, field)
         mapping = cast(Mapping[str, object], block)
         if kind == "text":
@@ -430,11 +561,12 @@ def _assistant_in(blocks: Sequence[object], index: int, chain: _Chain) -> None:
     else:
         content = tuple(texts)
     chain.add(
-        {"role": "assistant", "content": list(blocks)},
+        {"role": "assistant", "content": list(originals)},
         role="assistant",
         content=content,
         tool_calls=tuple(calls),
         index=index,
+        original=list(originals),
     )
 
 

@@ -1,0 +1,699 @@
+"""`ContextMiddleware`: agentcontext in LangChain v1's ``create_agent``, in one line.
+
+Needs the ``langchain`` extra (``pip install 'agentcontext[langchain]'``)::
+
+    from langchain.agents import create_agent
+    from agentcontext import ContextEngine
+    from agentcontext.integrations.langchain import ContextMiddleware
+
+    agent = create_agent(
+        "openai:gpt-4o",
+        tools=[search, read_file],
+        system_prompt="You are a careful research assistant.",
+        middleware=[ContextMiddleware(ContextEngine(model="gpt-4o"))],
+    )
+
+Every model call then gets messages that fit the model's window (system prompt
+and tool schemas counted with the model's own tokenizer), that a provider
+accepts (no tool result without its call, no call without its result), and
+that keep the system prompt and the latest user message. Two modes:
+
+- ``mode="request"`` (default): the middleware prepares each model request
+  (`wrap_model_call` / `awrap_model_call`). The graph state keeps the full
+  history; the engine keeps one `EngineState` per LangGraph ``thread_id``, so a
+  step costs O(new messages) and the prompt prefix stays the same between
+  compactions (provider prompt caches keep hitting).
+- ``mode="state"``: the compaction is written into the graph state
+  (`before_model` / `abefore_model`: ``RemoveMessage(REMOVE_ALL_MESSAGES)`` then
+  the compacted messages, their ids stable), so a checkpointed thread resumed
+  later does not compact again. Summaries and placeholders come back from the
+  checkpoint recognised (their id and marker ride in ``response_metadata``).
+
+With ``session=`` every message is also appended to an agentcontext `Session`
+(its log keeps every original), the session prepares the requests, and the
+model gets a ``recall`` tool to read back what compaction took out.
+
+The window is the engine's; ``window="profile"`` takes it from the chat model's
+profile (``model.profile["max_input_tokens"]``) instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from ..engine import ContextEngine, Engine, EngineState, Prepared
+from ..exceptions import ConfigError, MissingDependencyError, RecallError, UsageError
+from ..formats._common import canonical_json
+from ..formats.langchain import Converted, MessageCache
+from ..messages import JSONValue, Message
+from ..session import RECALL_TOOL_DESCRIPTION, Session
+
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise MissingDependencyError(
+        "agentcontext.integrations.langchain needs LangChain v1: pip install 'agentcontext[langchain]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from .._report import Report
+
+__all__ = ["ContextMiddleware", "recall_tool"]
+
+Mode = Literal["request", "state"]
+SessionSource = Session | Callable[[str | None], Session]
+"""A session, or a function giving each LangGraph thread (``thread_id``, None without a checkpointer) its own."""
+
+_DEFAULT_MAX_THREADS = 256
+
+
+# ----------------------------------------------------------------------------- per-thread state
+
+
+@dataclass(eq=False)
+class _Thread:
+    """What the middleware remembers of one conversation (one LangGraph thread)."""
+
+    cache: MessageCache = field(default_factory=MessageCache)
+    state: EngineState | None = None
+    """The engine's state after this conversation's last call (None before the first)."""
+    written: tuple[str, ...] = ()
+    """Ids of the messages a state-mode compaction wrote into the graph state (system excluded)."""
+    synced: int = 0
+    """How many leading messages of the cache's conversion the session already has."""
+    synced_last: str | None = None
+    diverged: bool | None = None
+    """The session's view is no longer the thread's history (a compaction happened); None: not checked yet."""
+    # What the last model call used (state mode: for the next `before_model` to count).
+    system: SystemMessage | None = None
+    tools: Sequence[BaseTool | dict[str, Any]] = ()
+    model: object = None
+    basis: tuple[object, ...] | None = None
+    """The system message and tools a state-mode `before_model` counted with."""
+
+
+class _Threads:
+    """One `_Thread` per key; the least recently used is forgotten beyond ``limit`` (thread-safe)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: OrderedDict[object, _Thread] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> _Thread:
+        with self._lock:
+            thread = self._items.get(key)
+            if thread is None:
+                thread = self._items[key] = _Thread()
+            else:
+                self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+            return thread
+
+    def peek(self, key: object) -> _Thread | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def _thread_id(runtime: object) -> str | None:
+    """The LangGraph ``thread_id`` of the running graph (None without a checkpointer)."""
+    info = getattr(runtime, "execution_info", None)
+    tid = getattr(info, "thread_id", None)
+    if tid is None:
+        try:
+            from langgraph.config import get_config
+
+            tid = (get_config().get("configurable") or {}).get("thread_id")
+        except RuntimeError:  # outside a runnable context
+            tid = None
+    return None if tid is None else str(tid)
+
+
+# ----------------------------------------------------------------------------- the shared core
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    """One preparation in progress: what was converted, and what the engine is given."""
+
+    thread: _Thread
+    converted: Converted
+    system: BaseMessage | None
+    messages: Sequence[BaseMessage]
+    tools: list[dict[str, JSONValue]]
+    engine: Engine
+    state: EngineState
+    session: Session | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Result:
+    """A prepared request in LangChain's terms."""
+
+    system: BaseMessage | None
+    messages: Sequence[BaseMessage]
+    """Without the system message; the input list itself when nothing changed."""
+    changed: bool
+    prepared: Prepared
+
+
+class _Core:
+    """What the middleware and the LangGraph hook share: threads, tools, conversion and engine calls."""
+
+    def __init__(
+        self,
+        engine: Engine | Callable[[int], Engine] | None,
+        *,
+        session: SessionSource | None,
+        window: Literal["engine", "profile"],
+        max_threads: int,
+    ) -> None:
+        _check_setup(engine, session, window, max_threads)
+        self._engine = engine
+        self._session = session
+        self._window = window
+        self._engines: dict[int, Engine] = {}
+        self.threads = _Threads(max_threads)
+        self._tools_src: tuple[object, ...] = ()
+        self._tools_defs: list[dict[str, JSONValue]] = []
+        self._lock = threading.Lock()
+        self.last: Prepared | None = None
+        self.reports: OrderedDict[str | None, Report] = OrderedDict()
+        self._sessions: OrderedDict[str | None, Session] = OrderedDict()
+        """The factory's sessions, one per thread id (closed when forgotten, beyond ``max_threads``)."""
+        self._max_threads = max_threads
+
+    def close(self) -> None:
+        """Close the sessions the factory opened, and forget every thread."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        self.threads.clear()
+        for session in sessions:
+            session.close()
+
+    # ------------------------------------------------------------------ what to prepare with
+
+    def engine_for(self, model: object) -> Engine:
+        """The engine for a request to ``model``: the configured one, or one sized by the model's profile."""
+        if self._window == "engine":
+            if isinstance(self._session, Session):
+                return cast(Engine, self._session.engine)
+            if self._engine is None:  # a session factory: its sessions bring their engines
+                raise ConfigError("no engine: the session factory's sessions prepare the requests")
+            return cast(Engine, self._engine)
+        window = _profile_window(model)
+        with self._lock:
+            engine = self._engines.get(window)
+            if engine is None:
+                engine = self._engines[window] = _engine_with_window(self._engine, window)
+        return engine
+
+    def session_for(self, tid: str | None) -> Session | None:
+        """Thread ``tid``'s session: the configured one, or the factory's for this thread (one per thread id)."""
+        source = self._session
+        if source is None or isinstance(source, Session):
+            return source
+        evicted: list[Session] = []
+        with self._lock:
+            session = self._sessions.get(tid)
+            if session is None:
+                session = source(tid)
+                if not isinstance(session, Session) or session.engine is None:
+                    raise ConfigError(
+                        "the session factory must return a Session opened with an engine "
+                        f"(Session.open(..., engine=...)), got {type(session).__name__}"
+                    )
+                self._sessions[tid] = session
+            else:
+                self._sessions.move_to_end(tid)
+            while len(self._sessions) > self._max_threads:
+                evicted.append(self._sessions.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+        return session
+
+    def recall_session(self, tid: str | None) -> Session:
+        """The session a recall tool call of thread ``tid`` reads (the one the thread writes to)."""
+        session = self.session_for(tid)
+        if session is None:  # pragma: no cover - the tool exists only with a session
+            raise ConfigError("recall needs a session")
+        return session
+
+    def tool_definitions(self, tools: Sequence[BaseTool | dict[str, Any]]) -> list[dict[str, JSONValue]]:
+        """The request's tools as dicts the engine counts; the same dicts while the tools are the same objects."""
+        with self._lock:
+            cached = self._tools_src
+            if len(cached) == len(tools) and all(a is b for a, b in zip(cached, tools, strict=True)):
+                return self._tools_defs
+            defs = [_tool_definition(t) for t in tools]
+            self._tools_src, self._tools_defs = tuple(tools), defs  # holding the tools keeps their ids unique
+            return defs
+
+    # ------------------------------------------------------------------ prepare
+
+    def plan(
+        self,
+        kind: str,
+        tid: str | None,
+        messages: Sequence[BaseMessage],
+        system: BaseMessage | None,
+        tools: Sequence[BaseTool | dict[str, Any]],
+        model: object,
+    ) -> _Plan:
+        """Convert what is new and decide what the engine is given (O(new messages) on a growing history)."""
+        thread = self.threads.get((kind, tid))
+        converted = thread.cache.convert(messages, system=system)
+        thread.system = cast("SystemMessage | None", system)
+        session = self.session_for(tid)
+        engine = cast(Engine, session.engine) if session is not None else self.engine_for(model)
+        if session is not None:
+            _sync_session(thread, session, converted, system is not None)
+        skip = 1 if system is not None else 0
+        state = thread.state
+        if state is None or not (
+            converted.appended or _starts_with(converted.messages, thread.written, skip)
+        ):
+            state = EngineState.new()  # a rewritten history: the engine must look at all of it
+        return _Plan(
+            thread=thread,
+            converted=converted,
+            system=system,
+            messages=messages,
+            tools=self.tool_definitions(tools),
+            engine=engine,
+            state=state,
+            session=session,
+        )
+
+    def prepare(self, plan: _Plan, tid: str | None) -> _Result:
+        if plan.session is not None:
+            prepared = plan.session.prepare(tools=plan.tools)
+        else:
+            prepared = plan.engine.prepare(plan.converted.messages, tools=plan.tools, state=plan.state)
+        return self._finish(plan, prepared, tid)
+
+    async def aprepare(self, plan: _Plan, tid: str | None) -> _Result:
+        if plan.session is not None:
+            prepared = await plan.session.aprepare(tools=plan.tools)
+        else:
+            prepared = await plan.engine.aprepare(plan.converted.messages, tools=plan.tools, state=plan.state)
+        return self._finish(plan, prepared, tid)
+
+    def _finish(self, plan: _Plan, prepared: Prepared, tid: str | None) -> _Result:
+        """The prepared messages in LangChain's terms: O(1) when unchanged, else O(messages after the kept prefix)."""
+        thread = plan.thread
+        thread.state = prepared.state
+        self.last = prepared
+        with self._lock:
+            self.reports[tid] = prepared.report
+            self.reports.move_to_end(tid)
+            while len(self.reports) > self._max_threads:
+                self.reports.popitem(last=False)
+        if plan.session is not None:
+            return self._finish_session(plan, prepared)
+        ours, out = plan.converted.messages, prepared.messages
+        compaction = prepared.compaction
+        keep = compaction.keep if compaction is not None else len(ours)
+        if keep == len(ours) == len(out):
+            return _Result(system=plan.system, messages=plan.messages, changed=False, prepared=prepared)
+        tail = out[keep:]
+        cache = thread.cache
+        converted = [cache.back(m) for m in tail]
+        cache.keep_made(m.id for m in tail)
+        if plan.system is None:
+            return _Result(
+                system=None, messages=[*plan.messages[:keep], *converted], changed=True, prepared=prepared
+            )
+        if keep == 0:  # the engine changed the system message itself (only when nothing else could fit)
+            system = converted[0] if converted and isinstance(converted[0], SystemMessage) else plan.system
+            return _Result(system=system, messages=converted[1:], changed=True, prepared=prepared)
+        return _Result(
+            system=plan.system,
+            messages=[*plan.messages[: keep - 1], *converted],
+            changed=True,
+            prepared=prepared,
+        )
+
+    def _finish_session(self, plan: _Plan, prepared: Prepared) -> _Result:
+        """The session's prepared view in LangChain's terms; the input itself while the view is the history."""
+        thread, ours, out = plan.thread, plan.converted.messages, prepared.messages
+        if prepared.compaction is not None:
+            thread.diverged = True
+        skip = 1 if plan.system is not None else 0
+        body = out[1:] if skip and len(out) and out[0].role == "system" else out
+        if len(body) == len(ours) - skip and (
+            not thread.diverged or all(a.id == b.id for a, b in zip(body, ours[skip:], strict=True))
+        ):  # the view is the history (O(1) until the first compaction; then O(view), which is bounded)
+            return _Result(system=plan.system, messages=plan.messages, changed=False, prepared=prepared)
+        converted = [thread.cache.back(m) for m in body]
+        thread.cache.keep_made(m.id for m in body)
+        # The session keeps the system prompt it began with; the request sends today's.
+        return _Result(system=plan.system, messages=converted, changed=True, prepared=prepared)
+
+    def sync(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> None:
+        """Append to the thread's session what the run added since its last model call (its final answer)."""
+        if self._session is None:
+            return
+        thread = self.threads.peek((kind, tid))
+        session = self.session_for(tid)
+        if thread is None or session is None:
+            return
+        converted = thread.cache.convert(messages, system=thread.system)
+        _sync_session(thread, session, converted, thread.system is not None)
+
+    def written(self, plan: _Plan, result: _Result) -> list[BaseMessage]:
+        """State mode: remember which messages go into the graph state, and return them."""
+        out = result.prepared.messages
+        skip = 1 if plan.system is not None and len(out) and out[0].role == "system" else 0
+        plan.thread.written = tuple(m.id for m in out[skip:])
+        return list(result.messages)
+
+
+def _check_setup(engine: object, session: SessionSource | None, window: str, max_threads: object) -> None:
+    if window not in ("engine", "profile"):
+        raise ConfigError(f"window must be 'engine' or 'profile', got {window!r}")
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise ConfigError(f"max_threads must be an int >= 1, got {max_threads!r}")
+    if session is not None:
+        if not (isinstance(session, Session) or callable(session)):
+            raise ConfigError(
+                f"session must be a Session or a function thread_id -> Session, got {type(session).__name__}"
+            )
+        if window == "profile":
+            raise ConfigError("window='profile' needs an engine per window, and a session has one engine")
+        if isinstance(session, Session):
+            if session.engine is None:
+                raise ConfigError(
+                    "the session has no engine: open it with engine=... so it can prepare requests"
+                )
+            if engine is not None and engine is not session.engine:
+                raise ConfigError(
+                    "the session prepares with its own engine: pass the engine to the session only"
+                )
+        return
+    if engine is None:
+        raise ConfigError("pass an engine (e.g. ContextEngine(model='gpt-4o')) or a session")
+    if window == "engine" and not _is_engine(engine):
+        raise ConfigError(
+            f"engine must implement agentcontext.Engine (a ContextEngine), got {type(engine).__name__}"
+        )
+    if window == "profile" and not (isinstance(engine, ContextEngine) or callable(engine)):
+        raise ConfigError(
+            "window='profile' needs a ContextEngine to copy for the profile's window, or a function window -> Engine"
+        )
+
+
+def _is_engine(engine: object) -> bool:
+    return all(hasattr(engine, name) for name in ("prepare", "aprepare", "counter", "budget"))
+
+
+def _profile_window(model: object) -> int:
+    profile = getattr(model, "profile", None)
+    window = profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 16:
+        raise ConfigError(
+            f"window='profile' needs the chat model's profile['max_input_tokens'], but the {type(model).__name__} "
+            f"has {window!r}; give the model profile={{'max_input_tokens': ...}}, or use the engine's window"
+        )
+    return window
+
+
+def _engine_with_window(template: object, window: int) -> Engine:
+    if isinstance(template, ContextEngine):
+        return ContextEngine(
+            model=template.model,
+            window=window,
+            counter=template.counter,
+            thresholds=template.thresholds,
+            pipelines=template.pipelines,
+            summarizer=template.summarizer,
+            strict=template.strict,
+            timeout=template.timeout,
+        )
+    engine = cast("Callable[[int], Engine]", template)(window)
+    if not _is_engine(engine):
+        raise ConfigError(f"the engine factory returned a {type(engine).__name__}, not an Engine")
+    return engine
+
+
+def _tool_definition(tool: object) -> dict[str, JSONValue]:
+    if isinstance(tool, dict):
+        fn = tool.get("function")
+        if isinstance(tool.get("name"), str) or (isinstance(fn, Mapping) and isinstance(fn.get("name"), str)):
+            return tool
+        # A provider's built-in tool ({"type": "web_search"...}): counted as its JSON, which errs high.
+        return {"name": str(tool.get("type", "tool")), "description": canonical_json(tool)}
+    return cast("dict[str, JSONValue]", convert_to_openai_tool(cast(BaseTool, tool)))
+
+
+def _starts_with(messages: Sequence[Message], ids: tuple[str, ...], skip: int) -> bool:
+    """True when ``messages[skip:]`` begins with the messages of ``ids`` (O(len(ids)))."""
+    if not ids or len(messages) < len(ids) + skip:
+        return False
+    return all(messages[skip + i].id == mid for i, mid in enumerate(ids))
+
+
+def _sync_session(thread: _Thread, session: Session, converted: Converted, has_system: bool) -> None:
+    """Append to ``session`` what of ``converted`` it does not have yet (O(new) on a growing history)."""
+    msgs = converted.messages
+    skip = 1 if has_system else 0
+    if (
+        converted.appended
+        and 0 < thread.synced <= len(msgs)
+        and msgs[thread.synced - 1].id == thread.synced_last
+    ):
+        start = thread.synced
+    elif _starts_with(msgs, thread.written, skip):
+        start = skip + len(thread.written)
+    else:
+        start = _first_unknown(session, msgs, skip)
+    if thread.diverged is None:
+        thread.diverged = bool(session.compactions)
+    new = msgs[start:]
+    if new:
+        session.extend(new)
+    thread.synced, thread.synced_last = len(msgs), msgs[-1].id if msgs else None
+
+
+def _first_unknown(session: Session, msgs: Sequence[Message], skip: int) -> int:
+    """The index from which ``msgs`` are new to ``session`` (O(n): after a restart or a rewrite only)."""
+    if not len(session.view):
+        return 0  # a new session starts with the system message, when there is one
+    i = skip
+    while i < len(msgs) and _known(session, msgs[i].id):
+        i += 1
+    for j in range(i + 1, len(msgs)):
+        if _known(session, msgs[j].id):
+            raise UsageError(
+                f"message {j - skip} of this thread is already in the session but message {i - skip} before it is "
+                "not: the thread's history was rewritten or forked, and a session follows one history. "
+                "Give the forked thread a new session"
+            )
+    return i
+
+
+def _known(session: Session, message_id: str) -> bool:
+    try:
+        session.message(message_id)
+    except RecallError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- the recall tool
+
+
+def recall_tool(session: SessionSource, *, name: str = "recall") -> BaseTool:
+    """A LangChain tool the model calls to read back what compaction took out (`Session.handle_recall`).
+
+    `ContextMiddleware` adds it by itself when it has a session; use this for agents
+    built otherwise.
+
+    Args:
+        session: the session, or a function giving the session of a thread
+            (``thread_id``, taken from the run's config).
+        name: the tool's name.
+    """
+    if not (isinstance(session, Session) or callable(session)):
+        raise ConfigError(
+            f"session must be a Session or a function thread_id -> Session, got {type(session).__name__}"
+        )
+
+    def recall(ref: str, offset: int | None = None, config: RunnableConfig | None = None) -> str:
+        if isinstance(session, Session):
+            target = session
+        else:
+            tid = ((config or {}).get("configurable") or {}).get("thread_id")
+            target = session(None if tid is None else str(tid))
+        return target.handle_recall({"ref": ref, "offset": offset})
+
+    return StructuredTool.from_function(recall, name=name, description=RECALL_TOOL_DESCRIPTION)
+
+
+# ----------------------------------------------------------------------------- the middleware
+
+
+class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """A LangChain v1 agent middleware that keeps every model call inside the context window.
+
+    Args:
+        engine: the engine that prepares requests (e.g. ``ContextEngine(model="gpt-4o")``);
+            optional when ``session`` brings one. With ``window="profile"``: a
+            `ContextEngine` to copy for the profile's window, or a function
+            ``window -> Engine``.
+        mode: ``"request"`` (default) prepares each model request and leaves the graph
+            state alone; ``"state"`` writes each compaction into the graph state, so a
+            checkpointed thread keeps it (see the module docstring).
+        session: a `Session` (one conversation) or a function ``thread_id -> Session``
+            (one per thread, closed when the thread is forgotten); every message is
+            appended to it, it prepares the requests, and the agent gets a ``recall`` tool.
+        window: ``"engine"`` (default): the engine's window; ``"profile"``: the chat
+            model's ``profile["max_input_tokens"]``.
+        max_threads: how many threads to remember (the least recently used is
+            forgotten; its next step costs one pass over its history).
+        recall: give the agent the ``recall`` tool when there is a session (default True).
+    """
+
+    def __init__(
+        self,
+        engine: Engine | Callable[[int], Engine] | None = None,
+        *,
+        mode: Mode = "request",
+        session: SessionSource | None = None,
+        window: Literal["engine", "profile"] = "engine",
+        max_threads: int = _DEFAULT_MAX_THREADS,
+        recall: bool = True,
+    ) -> None:
+        super().__init__()
+        if mode not in ("request", "state"):
+            raise ConfigError(f"mode must be 'request' or 'state', got {mode!r}")
+        self.mode: Mode = mode
+        self._core = _Core(engine, session=session, window=window, max_threads=max_threads)
+        self.tools = [recall_tool(self._core.recall_session)] if session is not None and recall else []
+
+    @property
+    def last(self) -> Prepared | None:
+        """The engine's `Prepared` for the latest model call, any thread (``.report`` says what it did)."""
+        return self._core.last
+
+    def close(self) -> None:
+        """Close the sessions this middleware opened with its session factory (a given `Session` stays open)."""
+        self._core.close()
+
+    def report(self, thread_id: str | None = None) -> Report | None:
+        """What the engine did for the latest model call of ``thread_id`` (None: no call seen)."""
+        with self._core._lock:
+            return self._core.reports.get(thread_id)
+
+    # ------------------------------------------------------------------ request mode (and the state-mode guard)
+
+    def _plan_request(self, request: ModelRequest[Any]) -> tuple[_Plan | None, str | None]:
+        tid = _thread_id(request.runtime)
+        if self.mode == "state":
+            thread = self._core.threads.get(("state", tid))
+            thread.system, thread.tools, thread.model = request.system_message, request.tools, request.model
+            if thread.basis is not None and thread.basis == (request.system_message, request.tools):
+                return None, tid  # before_model counted exactly this request's system prompt and tools
+        plan = self._core.plan(
+            "request", tid, request.messages, request.system_message, request.tools, request.model
+        )
+        return plan, tid
+
+    @staticmethod
+    def _apply(request: ModelRequest[Any], result: _Result) -> ModelRequest[Any]:
+        if not result.changed:
+            return request
+        return request.override(
+            system_message=cast("SystemMessage | None", result.system),
+            messages=cast("list[AnyMessage]", list(result.messages)),
+        )
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Prepare the request with the engine, then call the model.
+
+        In state mode this is a guard: it only prepares when `before_model` could not
+        count this request's system prompt and tools (a thread's first call).
+        """
+        plan, tid = self._plan_request(request)
+        if plan is None:
+            return handler(request)
+        return handler(self._apply(request, self._core.prepare(plan, tid)))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """`wrap_model_call` for async agents (an async summarizer runs without blocking the loop)."""
+        plan, tid = self._plan_request(request)
+        if plan is None:
+            return await handler(request)
+        return await handler(self._apply(request, await self._core.aprepare(plan, tid)))
+
+    # ------------------------------------------------------------------ state mode
+
+    def _plan_state(self, state: AgentState[Any], runtime: Runtime[Any]) -> tuple[_Plan | None, str | None]:
+        if self.mode != "state":
+            return None, None
+        tid = _thread_id(runtime)
+        thread = self._core.threads.get(("state", tid))
+        plan = self._core.plan("state", tid, state["messages"], thread.system, thread.tools, thread.model)
+        thread.basis = (thread.system, thread.tools)
+        return plan, tid
+
+    def _persist(self, plan: _Plan, result: _Result) -> dict[str, Any] | None:
+        if not result.changed:
+            return None
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *self._core.written(plan, result)]}
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """State mode: compact the graph state's messages when needed and write the result back."""
+        plan, tid = self._plan_state(state, runtime)
+        if plan is None:
+            return None
+        return self._persist(plan, self._core.prepare(plan, tid))
+
+    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """`before_model` for async agents."""
+        plan, tid = self._plan_state(state, runtime)
+        if plan is None:
+            return None
+        return self._persist(plan, await self._core.aprepare(plan, tid))
+
+    # ------------------------------------------------------------------ the end of a run
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """With a session: log what the run added after its last model call (the final answer)."""
+        self._core.sync(self.mode, _thread_id(runtime), state["messages"])
+        return None
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """`after_agent` for async agents."""
+        self._core.sync(self.mode, _thread_id(runtime), state["messages"])
+        return None

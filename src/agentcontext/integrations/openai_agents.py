@@ -1,0 +1,371 @@
+"""The OpenAI Agents SDK: a session whose history fits the window, and a per-call input filter.
+
+::
+
+    import agentcontext as ac
+    from agentcontext.integrations.openai_agents import AgentContextSession
+
+    engine = ac.ContextEngine(model="gpt-4o")
+    session = AgentContextSession(ac.Session.open("runs/chat-42.jsonl", engine=engine))
+    result = await Runner.run(agent, "fix the failing test", session=session, run_config=session.run_config())
+
+`AgentContextSession` implements the SDK's ``Session`` protocol on an
+agentcontext `agentcontext.Session` (any store: JSON Lines, SQLite...).
+``get_items`` returns what the model should see: the session's view prepared by
+its engine (it fits, it is valid, its prefix stays stable between compactions
+so prompt caches keep hitting), written back as Responses items by
+`agentcontext.formats.responses`; the log keeps every original item, and
+compacted ones can be recalled (`agentcontext.Session.recall`). ``pop_item``
+and ``clear_session`` are recorded (a rewind of the view), never deletions.
+
+The SDK reads a session once, when a run starts; inside the run it sends the
+history plus what the run produced, which a long run of large tool outputs
+takes past the window. ``session.run_config()`` (or ``RunConfig(
+call_model_input_filter=session.call_model_input_filter)``) adds the per-call
+filter that keeps every model call inside the window too.
+
+`call_model_input_filter` is the same filter for users who keep the SDK's own
+sessions (or none): it prepares ``ModelInputData.input`` before every model
+call, counting the instructions and the agent's function tools, with one
+`EngineState` per conversation so a step costs O(new items).
+
+Both work with any model the SDK drives (``OpenAIResponsesModel``,
+``OpenAIChatCompletionsModel``, LiteLLM...): the SDK's items are Responses
+items whatever the provider. Requires ``pip install 'agentcontext[openai-agents]'``
+(the SDK 0.20: versions from 0.21 need ``openai>=3``, which LiteLLM does not support yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from ..engine import Engine, EngineState
+from ..exceptions import (
+    ConfigError,
+    ConversionWarning,
+    InvalidMessageError,
+    MissingDependencyError,
+    UsageError,
+)
+from ..formats import responses
+from ..formats._common import canonical_json
+from ..messages import JSONValue, Message, safe_split_points
+from ..session import Session
+
+try:
+    from agents import FunctionTool, RunConfig
+    from agents.memory import SessionSettings
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError as e:  # pragma: no cover - exercised without the extra installed
+    raise MissingDependencyError(
+        "agentcontext.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'agentcontext[openai-agents]'"
+    ) from e
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+__all__ = ["AgentContextSession", "ModelInputFilter", "call_model_input_filter"]
+
+
+_MISSING = object()
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _LRU(MutableMapping[_K, _V]):
+    """A dict that forgets its least recently used entries past ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self._data: OrderedDict[_K, _V] = OrderedDict()
+        self._size = size
+
+    def __getitem__(self, key: _K) -> _V:
+        value = self._data[key]
+        self._data.move_to_end(key)
+        return value
+
+    def get(self, key: _K, default: Any = None) -> Any:
+        value = self._data.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        self._data.move_to_end(key)
+        return value
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+    def __delitem__(self, key: _K) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def _items_of(dicts: list[responses.ResponseItem]) -> list[TResponseInputItem]:
+    # Responses items are plain dicts; the SDK's TypedDict union is a static view of the same data.
+    return dicts  # type: ignore[return-value]
+
+
+def _dicts_of(items: Sequence[TResponseInputItem]) -> list[Mapping[str, object]]:
+    return cast("list[Mapping[str, object]]", list(items))
+
+
+# ----------------------------------------------------------------------------- the per-call filter
+
+
+@dataclass(eq=False)
+class _Conversation:
+    """What the filter remembers of one conversation: the items it converted and the engine's state."""
+
+    converter: responses.ResponsesConverter
+    seen: list[object] = field(default_factory=list)
+    """The last input's items (their objects: a growing input shares them)."""
+    state: EngineState = field(default_factory=EngineState.new)
+    cache: MutableMapping[str, str] = field(default_factory=lambda: _LRU(4096))
+
+
+class ModelInputFilter:
+    """``RunConfig.call_model_input_filter`` that fits every model call's input (see `call_model_input_filter`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        key: Callable[[CallModelData[Any]], str] | None = None,
+        max_conversations: int = 1024,
+    ) -> None:
+        if not (isinstance(max_conversations, int) and max_conversations > 0):
+            raise ConfigError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        self.engine = engine
+        self._key = key
+        self._conversations: _LRU[str, _Conversation] = _LRU(max_conversations)
+        self._tools: tuple[tuple[FunctionTool, ...], list[dict[str, JSONValue]]] = ((), [])
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        """Prepare ``data.model_data.input`` (the instructions counted, never changed)."""
+        items = list(data.model_data.input)
+        instructions = data.model_data.instructions
+        conversation = self._conversation(data, items)
+        messages = self._convert(conversation, items)
+        prepared = await self.engine.aprepare(
+            messages,
+            tools=self._tool_definitions(data),
+            instructions=instructions or None,
+            state=conversation.state,
+        )
+        conversation.state = prepared.state
+        fitted = responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
+        return ModelInputData(input=_items_of(fitted), instructions=instructions)
+
+    def _conversation(self, data: CallModelData[Any], items: list[TResponseInputItem]) -> _Conversation:
+        key = self._key(data) if self._key is not None else (canonical_json(items[0]) if items else "")
+        conversation: _Conversation | None = self._conversations.get(key)
+        if conversation is None:
+            conversation = _Conversation(converter=responses.ResponsesConverter(unknown="keep"))
+            self._conversations[key] = conversation
+        return conversation
+
+    @staticmethod
+    def _convert(conversation: _Conversation, items: list[TResponseInputItem]) -> list[Message]:
+        """The canonical messages of ``items``, converting only what follows the part seen last time."""
+        fed = conversation.converter.items_fed
+        seen = conversation.seen
+        # Identity first, then equality: an agent's input grows by appending, so this is O(new) in practice.
+        if len(items) < fed or items[:fed] != seen[:fed]:
+            conversation.converter = responses.ResponsesConverter(unknown="keep")
+            conversation.state = EngineState.new()
+            fed = 0
+        try:
+            conversation.converter.feed(_dicts_of(items[fed:]))
+        except InvalidMessageError:
+            conversation.converter = responses.ResponsesConverter(unknown="keep")  # start afresh next call
+            conversation.seen = []
+            raise
+        conversation.seen = list(items)
+        return conversation.converter.messages()
+
+    def _tool_definitions(self, data: CallModelData[Any]) -> list[dict[str, JSONValue]]:
+        """The agent's function tools as the engine counts them (the same dicts while the tools are the same)."""
+        tools = tuple(t for t in getattr(data.agent, "tools", ()) if isinstance(t, FunctionTool))
+        cached, definitions = self._tools
+        if len(cached) != len(tools) or any(a is not b for a, b in zip(cached, tools, strict=True)):
+            definitions = [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.params_json_schema,
+                }
+                for t in tools
+            ]
+            self._tools = (tools, definitions)
+        return definitions
+
+
+def call_model_input_filter(
+    engine: Engine,
+    *,
+    key: Callable[[CallModelData[Any]], str] | None = None,
+    max_conversations: int = 1024,
+) -> ModelInputFilter:
+    """A ``RunConfig.call_model_input_filter`` that keeps every model call inside ``engine``'s window.
+
+    Before each model call it converts the input items to canonical messages
+    (`agentcontext.formats.responses`), puts the instructions in front as a
+    system message (counted, kept, and handed back unchanged), counts the
+    agent's function tools, prepares with the engine and writes the result back
+    as items. The SDK keeps its own full history; only what is sent is fitted.
+
+    Args:
+        engine: the engine (a `ContextEngine`, or anything implementing `Engine`).
+        key: the conversation a call belongs to (default: its first input item), so
+            that each conversation keeps its own `EngineState` and a step costs O(new items).
+        max_conversations: how many conversations' states to keep (least recently used dropped).
+
+    >>> from agents import RunConfig                                                     # doctest: +SKIP
+    >>> run_config = RunConfig(call_model_input_filter=call_model_input_filter(engine))  # doctest: +SKIP
+    """
+    return ModelInputFilter(engine, key=key, max_conversations=max_conversations)
+
+
+# ----------------------------------------------------------------------------- the session
+
+
+class AgentContextSession:
+    """The Agents SDK's ``Session`` on an agentcontext `Session`: the model sees the history the engine prepared.
+
+    Args:
+        session: the agentcontext session (any store); it needs an engine.
+        session_id: the SDK's session id (default: the session's own id).
+        session_settings: the SDK's session settings (``limit``: see `get_items`).
+
+    Raises:
+        ConfigError: ``session`` has no engine.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        session_id: str | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        if not isinstance(session, Session):
+            raise ConfigError(f"session must be an agentcontext Session, got {type(session).__name__}")
+        engine = session.engine
+        if engine is None:
+            raise ConfigError(
+                "the session has no engine: open it with Session.open(path, engine=ContextEngine(...))"
+            )
+        self.session = session
+        self.session_id = session_id if session_id is not None else session.id
+        self.session_settings = session_settings
+        self._filter = ModelInputFilter(engine, key=lambda _data: self.session_id, max_conversations=1)
+        self._cache: MutableMapping[str, str] = _LRU(4096)
+        self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    # ------------------------------------------------------------------ the SDK's Session protocol
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The history the model should see: the view, prepared by the engine, as Responses items.
+
+        A compaction the engine makes here is recorded in the session's log.
+        Stub results for calls still waiting for their output are left out (the
+        SDK drops such calls itself). With ``limit``, the newest items, at most
+        ``limit`` of them, cut where no call is parted from its output and no
+        reasoning item from the items it belongs to (possibly fewer, never more).
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise UsageError(f"limit must be an int >= 0 or None, got {limit!r}")
+        async with self._lock():
+            prepared = await self.session.aprepare()
+            messages = list(prepared.messages)[: prepared.state.length]
+            if limit is None:
+                return _items_of(responses.from_messages(messages, validate=False, cache=self._cache))
+            return _items_of(self._newest(messages, limit))
+
+    def _newest(self, messages: list[Message], limit: int) -> list[responses.ResponseItem]:
+        groups = responses.items_by_message(messages, validate=False, cache=self._cache)
+        taken, start = 0, len(messages)
+        for point in reversed(safe_split_points(messages)):
+            size = sum(len(g) for g in groups[point:start])
+            if taken + size > limit:
+                break
+            taken, start = taken + size, point
+        return [item for group in groups[start:] for item in group]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items to the session's log (one batch: one write)."""
+        if not items:
+            return
+        async with self._lock():
+            view = self.session.view
+            previous = view[len(view) - 1].id if len(view) else None
+            self.session.extend(responses.to_messages(_dicts_of(items), previous_id=previous, unknown="keep"))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take back the most recent item: the view returns to before it, and the log keeps it.
+
+        Recorded as a rewind of the view's last message (`Session.rewind`); when
+        that message held more than the popped item (a model turn's reasoning,
+        text and calls), the rest is appended again. Nothing is deleted.
+        """
+        async with self._lock():
+            view = self.session.view
+            n = len(view)
+            if not n:
+                return None
+            items = responses.from_messages([view[n - 1]], validate=False)
+            popped, rest = items[-1], items[:-1]
+            self.session.rewind(n - 1)
+            if rest:
+                previous = view[n - 2].id if n > 1 else None
+                with warnings.catch_warnings():
+                    # Popping item by item can leave a reasoning item alone for a moment.
+                    warnings.simplefilter("ignore", ConversionWarning)
+                    self.session.extend(responses.to_messages(rest, previous_id=previous, unknown="keep"))
+            return _items_of([popped])[0]
+
+    async def clear_session(self) -> None:
+        """Empty the view (`Session.clear`: recorded, the log keeps everything)."""
+        async with self._lock():
+            self.session.clear()
+
+    # ------------------------------------------------------------------ per-call fitting
+
+    @property
+    def call_model_input_filter(self) -> ModelInputFilter:
+        """The per-call filter for this session's conversation (its engine, one state)."""
+        return self._filter
+
+    def run_config(self, **options: Any) -> RunConfig:
+        """A ``RunConfig`` with this session's `call_model_input_filter` (``options`` go to ``RunConfig``)."""
+        if "call_model_input_filter" in options:
+            raise UsageError(
+                "run_config() sets call_model_input_filter itself; build RunConfig yourself to replace it"
+            )
+        return RunConfig(call_model_input_filter=self._filter, **options)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _lock(self) -> asyncio.Lock:
+        """One lock per event loop (an asyncio lock belongs to the loop it first waited in)."""
+        loop = asyncio.get_running_loop()
+        if self._locks is None or self._locks[0] is not loop:
+            self._locks = (loop, asyncio.Lock())
+        return self._locks[1]
+
+    def __repr__(self) -> str:
+        return f"AgentContextSession(session_id={self.session_id!r}, session={self.session!r})"

@@ -1,0 +1,321 @@
+"""ContextMiddleware and pre_model_hook driving real LangChain / LangGraph agents.
+
+The agents are the frameworks' own (``create_agent``, ``create_react_agent``) with
+``ChatOpenAI`` as their model, pointed at the loopback provider of
+``tests/providers.py``: it rejects what OpenAI rejects (orphaned or unanswered tool
+calls, prompts over the window counted with tiktoken) and answers with scripted
+tool calls. Nothing of LangChain is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.tools import BaseTool, tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+
+import agentcontext as ac
+from _sizes import runs
+from agentcontext.compaction import MessageKind, kind_of
+from agentcontext.formats import langchain as lc
+from agentcontext.integrations.langchain import ContextMiddleware
+from agentcontext.session import MemoryStore, Session
+from providers import ProviderServer, Reply, Request, tool_loop
+
+SYSTEM = "You are a build engineer. Run the steps you are asked to run, then report."
+WINDOW = 16_000
+
+
+def run_tool(lines: int = 90) -> BaseTool:
+    """A tool whose output is ``lines`` lines of log (about 22 tokens a line), different at every step."""
+
+    @tool
+    def run(step: int) -> str:
+        """Run one build step and return its log."""
+        return "\n".join(
+            f"[step {step}] line {i}: the compiler finished this unit without warnings, the cache was warm "
+            f"and {lines - i} units are left"
+            for i in range(lines)
+        )
+
+    return run
+
+
+def chat_model(server: ProviderServer, **kwargs: Any) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o", base_url=server.openai_url, api_key="sk-test", max_retries=0, **kwargs)
+
+
+def agent_for(
+    server: ProviderServer, middleware: list[Any], *, checkpointer: Any = None, **model: Any
+) -> Any:
+    return create_agent(
+        chat_model(server, **model),
+        tools=[run_tool()],
+        system_prompt=SYSTEM,
+        middleware=middleware,
+        checkpointer=checkpointer,
+    )
+
+
+def config(thread: str | None, steps: int) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"recursion_limit": 10 * steps + 20}
+    if thread is not None:
+        cfg["configurable"] = {"thread_id": thread}
+    return cfg
+
+
+def assert_requests_ok(server: ProviderServer, latest_user: Callable[[int], str] | str) -> None:
+    """Every request was accepted, fits the window, starts with the system prompt and keeps the latest user message."""
+    assert [r.error for r in server.rejected] == []
+    for i, r in enumerate(server.requests):
+        assert r.tokens <= server.window
+        assert r.body["messages"][0] == {"role": "system", "content": SYSTEM}
+        wanted = latest_user(i) if callable(latest_user) else latest_user
+        users = [m["content"] for m in r.body["messages"] if m["role"] == "user"]
+        assert wanted in users, (i, users)
+
+
+def prefix_breaks(server: ProviderServer) -> int:
+    """How many requests do not begin with the whole previous request (each one is a prompt-cache miss)."""
+    breaks = 0
+    for before, after in zip(server.accepted, server.accepted[1:], strict=False):
+        old, new = before.body["messages"], after.body["messages"]
+        if new[: len(old)] != old:
+            breaks += 1
+    return breaks
+
+
+def compactions(engine: ac.ContextEngine) -> int:
+    return sum(engine.stats.compactions.values())
+
+
+# ----------------------------------------------------------------------------- request mode
+
+
+def test_long_loop_every_request_fits_is_valid_and_keeps_what_matters() -> None:
+    steps = runs(16, 300)
+    engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
+    with ProviderServer(window=WINDOW, policy=tool_loop(steps=steps)) as server:
+        agent = agent_for(server, [ContextMiddleware(engine)], checkpointer=InMemorySaver())
+        first = agent.invoke(
+            {"messages": [{"role": "user", "content": "build everything"}]}, config("t", steps)
+        )
+        turn_one = len(server.requests)
+        server.policy = tool_loop(steps=steps // 2)
+        agent.invoke({"messages": [{"role": "user", "content": "now build it again"}]}, config("t", steps))
+    assert first["messages"][-1].content == "done"
+    assert len(first["messages"]) == 2 * steps + 2  # the graph state keeps the whole history
+    assert_requests_ok(server, lambda i: "build everything" if i < turn_one else "now build it again")
+    assert compactions(engine) >= 3  # the loop did overflow the window, many times
+    # Between compactions the prompt only grows: the provider's prefix cache keeps hitting.
+    assert prefix_breaks(server) <= compactions(engine)
+
+
+def test_async_agent_prepares_without_blocking_and_without_not_implemented() -> None:
+    steps = runs(12, 120)
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+    with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
+        agent = agent_for(server, [ContextMiddleware(engine)])
+        out = asyncio.run(
+            agent.ainvoke({"messages": [{"role": "user", "content": "build"}]}, config(None, steps))
+        )
+    assert out["messages"][-1].content == "done"
+    assert_requests_ok(server, "build")
+    assert compactions(engine) >= 1
+
+
+class Recorder(AgentMiddleware):  # type: ignore[type-arg]
+    """Placed after ContextMiddleware: records, at every model call, the report of the preparation just made."""
+
+    def __init__(self, context: ContextMiddleware) -> None:
+        super().__init__()
+        self.context = context
+        self.seen: list[tuple[str | None, bool]] = []
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        last = self.context.last
+        assert last is not None
+        users = [
+            m.content for m in request.messages if m.type == "human" and not str(m.content).startswith("[")
+        ]
+        self.seen.append((users[-1] if users else None, last.report.incremental))
+        return handler(request)
+
+
+def test_each_thread_has_its_own_state_and_steps_are_incremental() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
+    context = ContextMiddleware(engine)
+    recorder = Recorder(context)
+    with ProviderServer(window=WINDOW) as server:
+        agent = agent_for(server, [context, recorder], checkpointer=InMemorySaver())
+        for turn in range(3):
+            for thread in ("a", "b"):
+                server.policy = tool_loop(steps=2)
+                agent.invoke(
+                    {"messages": [{"role": "user", "content": f"{thread} turn {turn}"}]}, config(thread, 4)
+                )
+    assert_requests_ok(server, lambda i: server.requests[i].latest_user_text())
+    # Only each thread's first call looked at the whole history; the others, interleaved, only at what was new.
+    assert [incremental for _, incremental in recorder.seen].count(False) == 2
+    assert [text for text, incremental in recorder.seen if not incremental] == ["a turn 0", "b turn 0"]
+    # A thread's requests never carry another thread's messages.
+    for r in server.requests:
+        users = [m["content"] for m in r.body["messages"] if m["role"] == "user" and m["content"][0] != "["]
+        assert len({u.split()[0] for u in users}) == 1
+
+
+def test_window_from_the_model_profile() -> None:
+    template = ac.ContextEngine(model="gpt-4o")  # 128k: far more than the model's profile allows
+    steps = runs(10, 60)
+    with ProviderServer(window=6_000, policy=tool_loop(steps=steps)) as server:
+        agent = agent_for(
+            server, [ContextMiddleware(template, window="profile")], profile={"max_input_tokens": 6_000}
+        )
+        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, steps))
+    assert_requests_ok(server, "build")
+    with pytest.raises(ac.ConfigError, match="max_input_tokens"):
+        with ProviderServer(window=6_000) as server:
+            agent = agent_for(server, [ContextMiddleware(template, window="profile")], profile={})
+            agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, 2))
+
+
+# ----------------------------------------------------------------------------- state mode
+
+
+def test_state_mode_persists_the_compaction_and_a_resumed_thread_does_not_redo_it() -> None:
+    steps = runs(16, 120)
+    saver = InMemorySaver()
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+    with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
+        agent = agent_for(server, [ContextMiddleware(engine, mode="state")], checkpointer=saver)
+        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("t", steps))
+        assert_requests_ok(server, "build")
+        assert compactions(engine) >= 1
+        stored = agent.get_state(config("t", 1)).values["messages"]
+        assert len(stored) < 2 * steps + 2  # the checkpoint holds the compacted history
+        kinds = [kind_of(m) for m in lc.to_messages(stored)]
+        assert MessageKind.SUMMARY in kinds  # and its summary is recognised as one
+        ids = [m.id for m in stored]
+        assert len(set(ids)) == len(ids)
+
+        # A new process: new engine, new middleware, same checkpoint. The next call does not compact again.
+        fresh = ac.ContextEngine(model="gpt-4o", window=8_000)
+        resumed = agent_for(server, [ContextMiddleware(fresh, mode="state")], checkpointer=saver)
+        server.policy = tool_loop(steps=0, final="ok")
+        before = len(server.requests)
+        resumed.invoke({"messages": [{"role": "user", "content": "status?"}]}, config("t", 2))
+        assert compactions(fresh) == 0
+        assert len(server.requests) == before + 1 and server.rejected == []
+        carried = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "user"]
+        assert carried[-1] == "status?" and any("summary" in c for c in carried)
+
+
+def test_state_mode_async() -> None:
+    steps = runs(12, 100)
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+    with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
+        agent = agent_for(server, [ContextMiddleware(engine, mode="state")], checkpointer=InMemorySaver())
+        out = asyncio.run(
+            agent.ainvoke({"messages": [{"role": "user", "content": "build"}]}, config("t", steps))
+        )
+    assert out["messages"][-1].content == "done"
+    assert_requests_ok(server, "build")
+    assert compactions(engine) >= 1
+
+
+# ----------------------------------------------------------------------------- session and recall
+
+
+def test_session_keeps_every_original_and_the_model_can_recall_them() -> None:
+    session = Session.from_store(MemoryStore(), engine=ac.ContextEngine(model="gpt-4o", window=8_000))
+    recalled: list[str] = []
+    budget = runs(10, 80)
+    calls = iter(range(10**6))
+
+    def policy(request: Request) -> Reply:
+        step = next(calls)
+        if (
+            not recalled
+            and any("[agentcontext: summary" in t for t in request.texts())
+            and session.compactions
+        ):
+            recalled.append(f"compaction:{session.compactions[0].seq}")
+            return Reply(tool_calls=[("recall", {"ref": recalled[0], "offset": None})])
+        return Reply(tool_calls=[("run", {"step": step})]) if step < budget else Reply(text="done")
+
+    with ProviderServer(window=8_000, policy=tool_loop(steps=budget)) as server:
+        server.policy = policy
+        agent = agent_for(server, [ContextMiddleware(session=session)])
+        out = agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, 3 * budget))
+    assert_requests_ok(server, "build")
+    assert recalled, "the history never needed compacting"
+    answers = [m for m in out["messages"] if m.type == "tool" and m.name == "recall"]
+    assert answers and "line 89" in answers[0].content  # the full original, not the summary's excerpt
+    # Every message the agent saw is in the session's log, compacted or not.
+    for m in lc.to_messages(out["messages"]):
+        assert session.message(m.id) == m
+    assert [t["function"]["name"] for t in server.requests[0].body["tools"]] == ["recall", "run"]
+
+
+# ----------------------------------------------------------------------------- LangGraph prebuilt agent
+
+
+def test_langgraph_pre_model_hook() -> None:
+    from agentcontext.integrations.langgraph import pre_model_hook
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from langgraph.prebuilt import create_react_agent
+
+    steps = runs(10, 120)
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+    tools = [run_tool()]
+    with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            agent = create_react_agent(
+                chat_model(server),
+                tools,
+                prompt=SYSTEM,
+                pre_model_hook=pre_model_hook(engine, prompt=SYSTEM, tools=tools),
+                checkpointer=InMemorySaver(),
+            )
+        out = agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("t", steps))
+        server.policy = tool_loop(steps=steps)
+        asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "again"}]}, config("t", steps)))
+    assert out["messages"][-1].content == "done"
+    assert_requests_ok(server, lambda i: "build" if i <= steps else "again")
+    assert compactions(engine) >= 2
+
+
+# ----------------------------------------------------------------------------- the README's lines
+
+
+def test_docs_langchain_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = Path("docs/langchain.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 3
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    policy = tool_loop(steps=2, tool="read_file", args=lambda i: {"path": f"docs/page{i}.md"})
+    with ProviderServer(window=128_000) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+        namespace: dict[str, Any] = {"__name__": "docs_langchain"}
+        for block in blocks:
+            server.policy = tool_loop(steps=2, tool="read_file", args=lambda i: {"path": f"docs/page{i}.md"})
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="create_react_agent has been moved")
+                exec(compile(block, "docs/langchain.md", "exec"), namespace)
+    assert len(server.requests) == 9 and server.rejected == []
+    assert (tmp_path / "runs" / "task-42.jsonl").exists()
+    del policy

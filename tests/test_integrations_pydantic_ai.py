@@ -1,0 +1,409 @@
+"""Pydantic AI: real ``Agent`` loops, whose model is Pydantic AI's own OpenAI model class, against a loopback server.
+
+The server (``providers.py``) answers with tool calls and checks every request
+as OpenAI does (an orphaned tool message or an unanswered call is a 400, so is a
+prompt over the window, counted there independently with tiktoken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import UsageLimits
+
+import agentcontext as ac
+from _sizes import LONG, runs
+from agentcontext.exceptions import InvalidMessageError
+from agentcontext.formats import pydantic_ai as pai
+from agentcontext.integrations import pydantic_ai as integration
+from agentcontext.integrations.pydantic_ai import ContextCapability, history_processor
+from providers import ProviderServer, Reply, Request, tool_loop
+
+SYSTEM = "You are a careful agent. Read every file you are asked about."
+TASK = "Read the project's files one by one, then report what they contain."
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "pydantic_ai.md"
+
+
+def reader(steps: int) -> Any:
+    """A model that reads ``steps`` files, one tool call per request, then answers."""
+    return tool_loop(
+        steps=steps, tool="read", final="All files read.", args=lambda i: {"path": f"src/file_{i}.py"}
+    )
+
+
+def make_agent(server: ProviderServer, *capabilities: Any, output_lines: int = 120) -> Agent[None, str]:
+    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=server.openai_url, api_key="test-key"))
+    agent: Agent[None, str] = Agent(model, system_prompt=SYSTEM, capabilities=list(capabilities))
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        """Read a file of the project."""
+        # About 20 tokens a line: thousands of tokens per call.
+        return "\n".join(
+            f"{path}:{n}: value_{n} = compute({n}, scale=0.{n % 10})  # step" for n in range(output_lines)
+        )
+
+    return agent
+
+
+NO_LIMIT = UsageLimits(request_limit=None)
+"""Pydantic AI stops a run after 50 requests by default; these loops run longer."""
+
+
+def run(agent: Agent[None, str], *prompts: str) -> list[Any]:
+    """Run ``prompts`` in turn, each continuing the previous run's history, in one entered agent.
+
+    Entering the agent closes its HTTP client when done (``run_sync`` leaves it to the garbage collector).
+    """
+
+    async def go() -> list[Any]:
+        results: list[Any] = []
+        async with agent:
+            for prompt in prompts:
+                history = results[-1].all_messages() if results else None
+                results.append(await agent.run(prompt, message_history=history, usage_limits=NO_LIMIT))
+        return results
+
+    return asyncio.run(go())
+
+
+def check_request(request: Request, task: str = TASK) -> None:
+    """The system prompt comes first and the latest user request is there, verbatim."""
+    messages = request.messages
+    assert messages[0] == {"role": "system", "content": SYSTEM}
+    users = [m["content"] for m in messages if m["role"] == "user" and isinstance(m["content"], str)]
+    assert task in users
+
+
+@pytest.fixture
+def count_conversions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many Pydantic AI messages the integration converts (its own function, wrapped to count)."""
+    calls = [0]
+    real = integration.pieces_of
+
+    def counting(message: Any, *, index: int | None) -> Any:
+        calls[0] += 1
+        return real(message, index=index)
+
+    monkeypatch.setattr(integration, "pieces_of", counting)
+    yield calls
+
+
+# ----------------------------------------------------------------------------- long loops
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_long_loop_every_request_fits_and_is_valid(persist: bool, count_conversions: list[int]) -> None:
+    steps = runs(24, 400)
+    window = 12_000
+    engine = ac.ContextEngine(model="gpt-4o", window=window, reserve=1_500)
+    capability = ContextCapability(engine, persist=persist)
+    with ProviderServer(window=window, policy=reader(steps)) as server:
+        result = run(make_agent(server, capability), TASK)[0]
+    assert result.output == "All files read."
+    assert server.rejected == []
+    assert len(server.accepted) == steps + 1
+    assert max(r.tokens for r in server.accepted) <= window
+    for request in server.requests:
+        check_request(request)
+    # Without compaction the last request would hold every tool output: about 2,400 tokens each.
+    assert sum(len(m.get("content") or "") for m in server.requests[-1].messages) < 4 * window
+    history = result.all_messages()
+    if persist:
+        # The compaction was written into the history: it holds the summary, not every message.
+        assert len(history) < 2 * steps
+        assert any(
+            m.metadata and m.metadata.get("agentcontext", {}).get("kind") == "summary"
+            for m in pai.to_messages(history)
+        )
+    else:
+        # Nothing compacted is lost from the run's history (pydantic-ai #2914).
+        assert len(history) == 2 * steps + 2
+        assert sum(isinstance(p, ToolReturnPart) for m in history for p in m.parts) == steps
+        # Each message was converted once: a step costs O(new messages).
+        assert count_conversions[0] == len(history) - 1
+
+
+def test_continuing_a_conversation_converts_only_what_is_new(count_conversions: list[int]) -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    capability = ContextCapability(engine)
+    converted: list[int] = []
+
+    read = reader(10)
+
+    def policy(request: Request) -> Reply:
+        converted.append(count_conversions[0])
+        return read(request)
+
+    with ProviderServer(window=12_000, policy=policy) as server:
+        first, second = run(make_agent(server, capability), TASK, "Now say you are done.")
+    assert server.rejected == []
+    assert (first.output, second.output) == ("All files read.", "All files read.")
+    # The second run continues the first one's history (so its conversation_id): it converted the first
+    # run's final answer and its own request, nothing else.
+    assert converted[-1] - converted[-2] == 2
+    assert len(capability._core.conversations) == 1
+    check_request(server.requests[-1], task="Now say you are done.")
+
+
+def test_a_history_rewritten_between_runs_is_converted_again() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    capability = ContextCapability(engine)
+
+    async def go(agent: Agent[None, str]) -> list[Any]:
+        async with agent:
+            first = await agent.run(TASK, usage_limits=NO_LIMIT)
+            everything = first.all_messages()
+            # The user keeps the task and the final answer only, and continues the conversation.
+            shorter = [everything[0], everything[-1]]
+            second = await agent.run("Now say you are done.", message_history=shorter, usage_limits=NO_LIMIT)
+            return [first, second]
+
+    with ProviderServer(window=12_000, policy=reader(6)) as server:
+        first, second = asyncio.run(go(make_agent(server, capability, output_lines=10)))
+    assert server.rejected == []
+    sent = server.requests[-1].messages
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[-1]["content"] == "Now say you are done."
+    assert len(second.all_messages()) == 4
+
+
+def test_concurrent_conversations_keep_their_own_state() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    capability = ContextCapability(engine)
+
+    def policy(request: Request) -> Reply:
+        done = sum(m["role"] == "tool" for m in request.messages)
+        tag = "x" if "Task X" in request.latest_user_text() else "y"
+        if done < 3:
+            return Reply(tool_calls=[("read", {"path": f"{tag}{done}.py"})])
+        return Reply(text=f"done {tag}")
+
+    async def both(agent: Agent[None, str]) -> list[Any]:
+        async with agent:
+            return list(
+                await asyncio.gather(
+                    agent.run("Task X: " + TASK, usage_limits=NO_LIMIT),
+                    agent.run("Task Y: " + TASK, usage_limits=NO_LIMIT),
+                )
+            )
+
+    with ProviderServer(window=12_000, policy=policy) as server:
+        x, y = asyncio.run(both(make_agent(server, capability, output_lines=10)))
+    assert server.rejected == []
+    assert (x.output, y.output) == ("done x", "done y")
+    assert len(capability._core.conversations) == 2
+
+
+# ----------------------------------------------------------------------------- what is counted
+
+
+def test_tool_definitions_and_instructions_are_counted() -> None:
+    window = 6_000
+    engine = ac.ContextEngine(model="gpt-4o", window=window, reserve=800)
+    long_text = " ".join(f"rule{n}: never guess, check file {n} first." for n in range(150))  # ~1,700 tokens
+    with ProviderServer(window=window, policy=reader(30)) as server:
+        model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=server.openai_url, api_key="k"))
+        agent: Agent[None, str] = Agent(
+            model, system_prompt=SYSTEM, instructions=long_text, capabilities=[ContextCapability(engine)]
+        )
+
+        @agent.tool_plain
+        def read(path: str) -> str:
+            return "\n".join(f"{path} line {n}: " + "data " * 12 for n in range(40))
+
+        @agent.tool_plain(description=long_text)
+        def audit(path: str) -> str:
+            return "ok"
+
+        (result,) = run(agent, TASK)
+    assert result.output == "All files read."
+    assert server.rejected == []
+    assert max(r.tokens for r in server.accepted) <= window
+    assert all(long_text in json.dumps(r.body) for r in server.requests)
+
+
+def test_a_history_that_cannot_be_converted_fails_the_run_clearly() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    with ProviderServer(window=12_000, policy=reader(1)) as server:
+        with pytest.raises(InvalidMessageError, match=r"message 0, field 'parts\[1\].content'.*surrogate"):
+            run(make_agent(server, ContextCapability(engine)), "bad \ud800 text")
+    assert server.requests == []  # nothing was sent
+
+
+# ----------------------------------------------------------------------------- the peers' bugs
+
+
+def keep_recent_messages(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """Pydantic AI's documented history processor: keep only the last few messages."""
+    return messages[-5:] if len(messages) > 5 else messages
+
+
+def test_pydantic_ai_2050_keep_last_n_splits_a_call_from_its_return() -> None:
+    steps = 8
+    seen: list[list[ModelMessage]] = []
+
+    def recording(messages: list[ModelMessage]) -> list[ModelMessage]:
+        kept = keep_recent_messages(messages)
+        seen.append(kept)
+        return kept
+
+    with ProviderServer(window=100_000, policy=reader(steps)) as server:
+        run(make_agent(server, ProcessHistory(recording), output_lines=5), TASK)[0]
+    # The processor's output starts with a tool return whose call it cut off: sent as is, OpenAI answers
+    # 400 (#2050). Pydantic AI 2.x drops such a return before sending, so the request is accepted, but
+    # the result is lost, and so are the system prompt and the user's request.
+    orphaned = [
+        kept
+        for kept in seen
+        if isinstance(kept[0], ModelRequest) and any(isinstance(p, ToolReturnPart) for p in kept[0].parts)
+    ]
+    assert orphaned
+    assert seen[-1] is orphaned[-1]
+    sent = server.requests[-1].messages
+    assert sent[0]["role"] != "system" and not any(m["role"] == "user" for m in sent)
+    returns = sum(isinstance(p, ToolReturnPart) for m in seen[-1] for p in m.parts)
+    assert sum(m["role"] == "tool" for m in sent) == returns - 1  # the orphaned one was dropped, unreported
+
+    # The same conversation with agentcontext at a window that forces compaction at every few steps.
+    engine = ac.ContextEngine(model="gpt-4o", window=3_000, reserve=500)
+    with ProviderServer(window=3_000, policy=reader(steps)) as server:
+        result = run(make_agent(server, ContextCapability(engine), output_lines=40), TASK)[0]
+    assert result.output == "All files read."
+    assert server.rejected == []
+    for request in server.requests:
+        check_request(request)
+        calls = {c["id"] for m in request.messages for c in m.get("tool_calls") or []}
+        answers = {m["tool_call_id"] for m in request.messages if m["role"] == "tool"}
+        assert calls == answers
+
+
+def test_pydantic_ai_2914_history_processors_lose_messages() -> None:
+    steps = 6
+    with ProviderServer(window=100_000, policy=reader(steps)) as server:
+        theirs = run(make_agent(server, ProcessHistory(keep_recent_messages), output_lines=5), TASK)[0]
+    assert len(theirs.all_messages()) < 2 * steps + 2  # the history itself lost messages
+
+    engine = ac.ContextEngine(model="gpt-4o", window=3_000, reserve=500)
+    with ProviderServer(window=3_000, policy=reader(steps)) as server:
+        ours = run(make_agent(server, ContextCapability(engine), output_lines=40), TASK)[0]
+    assert server.rejected == []
+    assert len(ours.all_messages()) == 2 * steps + 2
+    assert [type(m) for m in ours.all_messages()] == [
+        ModelRequest,
+        *[ModelResponse, ModelRequest] * steps,
+        ModelResponse,
+    ]
+
+
+# ----------------------------------------------------------------------------- ProcessHistory and persist
+
+
+def test_history_processor_with_process_history() -> None:
+    steps = runs(30, 200)
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000, reserve=1_000)
+    with ProviderServer(window=8_000, policy=reader(steps)) as server:
+        (result,) = run(make_agent(server, ProcessHistory(history_processor(engine)), output_lines=60), TASK)
+    assert result.output == "All files read."
+    assert server.rejected == []
+    assert max(r.tokens for r in server.accepted) <= 8_000
+    for request in server.requests:
+        check_request(request)
+
+
+def test_persisted_compaction_is_not_redone_and_survives_the_next_run() -> None:
+    window = 6_000
+    engine = ac.ContextEngine(model="gpt-4o", window=window, reserve=800)
+    capability = ContextCapability(engine, persist=True)
+    with ProviderServer(window=window, policy=reader(20)) as server:
+        first, second = run(make_agent(server, capability, output_lines=60), TASK, "Now say you are done.")
+    summaries = [
+        m
+        for m in pai.to_messages(first.all_messages())
+        if m.metadata.get("agentcontext", {}).get("kind") == "summary"
+    ]
+    assert len(summaries) == 1
+    assert server.rejected == []
+    assert second.output == "All files read."
+    # The second run started from the compacted history: the same summary, with the same id, and no new one.
+    again = [
+        m
+        for m in pai.to_messages(second.all_messages())
+        if m.metadata.get("agentcontext", {}).get("kind") == "summary"
+    ]
+    assert [m.id for m in again] == [summaries[0].id]
+    assert capability.last is not None and capability.last.compaction is None
+
+
+# ----------------------------------------------------------------------------- the docs and the extra
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.S)
+
+
+# The docs call run_sync, which leaves the agent's HTTP client to the garbage collector (collected here).
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_docs_code_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = python_blocks()
+    assert len(blocks) == 3
+    for block in blocks:
+        with ProviderServer(window=128_000, policy=reader(3)) as server:
+            monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+            monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+            scope: dict[str, Any] = {}
+            exec(compile(block, str(DOCS), "exec"), scope)
+            del scope["agent"]
+            gc.collect()
+        assert scope["result"].output == "All files read."
+        assert server.rejected == []
+        assert len(server.requests) == 4
+
+
+def test_import_needs_the_extra_and_agentcontext_does_not_import_pydantic_ai() -> None:
+    code = (
+        "import sys\n"
+        "import agentcontext, agentcontext.integrations\n"
+        "assert 'pydantic_ai' not in sys.modules\n"
+        "sys.modules['pydantic_ai'] = None\n"
+        "from agentcontext.exceptions import MissingDependencyError\n"
+        "for name in ('agentcontext.formats.pydantic_ai', 'agentcontext.integrations.pydantic_ai'):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "    except MissingDependencyError as e:\n"
+        "        assert \"pip install 'agentcontext[pydantic-ai]'\" in str(e), e\n"
+        "    else:\n"
+        "        raise SystemExit(name + ' imported without pydantic_ai')\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not LONG, reason="long profile only")
+def test_very_long_loop_with_big_outputs() -> None:
+    window = 32_000
+    engine = ac.ContextEngine(model="gpt-4o", window=window, reserve=2_000)
+    with ProviderServer(window=window, policy=reader(500)) as server:
+        result = run(make_agent(server, ContextCapability(engine), output_lines=400), TASK)[0]
+    assert result.output == "All files read."
+    assert server.rejected == []
+    assert max(r.tokens for r in server.accepted) <= window

@@ -1,0 +1,473 @@
+"""The OpenAI Agents SDK with agentcontext: the real ``Runner.run`` loop against a loopback provider.
+
+Each run drives the SDK's own models (``OpenAIResponsesModel`` with reasoning
+items, and ``OpenAIChatCompletionsModel``) at `providers.ProviderServer`,
+which counts every request with tiktoken on its own and rejects what the APIs
+reject. The promises: every request fits the window, is valid for its API,
+keeps the instructions and the latest user input; the session's log keeps
+everything; ``pop_item`` and ``clear_session`` lose nothing; ``limit`` never
+cuts a call from its output or a reasoning item from its response
+(openai-agents #4322 and the reasoning variant SDK 0.20 still sends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents.memory import SessionSettings
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
+from openai import AsyncOpenAI
+
+import agentcontext as ac
+from _sizes import runs
+from agentcontext.formats import responses
+from agentcontext.integrations.openai_agents import AgentContextSession, call_model_input_filter
+from agentcontext.session import MemoryStore, SQLiteStore
+from providers import ProviderServer, Request, check_responses, tool_loop
+
+set_tracing_disabled(True)
+
+WINDOW = 6_000
+RESERVE = 800
+INSTRUCTIONS = "You are a careful engineer. Use the run tool, then answer."
+
+
+@function_tool
+def run(step: int) -> str:
+    """Run one step of the task and return its (large) output."""
+    return f"step {step} output\n" + f"line of output for step {step}: lorem ipsum dolor sit amet\n" * 120
+
+
+def engine() -> ac.ContextEngine:
+    return ac.ContextEngine(model="gpt-4o", window=WINDOW, reserve=RESERVE)
+
+
+@pytest.fixture(params=["responses", "chat"])
+def api(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def server(api: str) -> Iterator[ProviderServer]:
+    with ProviderServer(window=WINDOW, reasoning=api == "responses") as s:
+        yield s
+
+
+def agent(server: ProviderServer, api: str, client: AsyncOpenAI) -> Agent[Any]:
+    model = (
+        OpenAIResponsesModel("gpt-4o", client)
+        if api == "responses"
+        else OpenAIChatCompletionsModel("gpt-4o", client)
+    )
+    return Agent(name="engineer", instructions=INSTRUCTIONS, tools=[run], model=model)
+
+
+def client_for(server: ProviderServer) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+
+
+def assert_fits_and_keeps(request: Request, latest_user: str) -> None:
+    assert request.error is None, request.error
+    assert request.tokens <= WINDOW
+    if request.api == "responses":
+        assert request.body["instructions"] == INSTRUCTIONS
+    else:
+        assert request.messages[0] == {"role": "system", "content": INSTRUCTIONS}
+    assert request.latest_user_text() == latest_user
+
+
+# ----------------------------------------------------------------------------- long runs
+
+
+def test_a_long_run_with_large_tool_outputs_fits_at_every_call(api: str, server: ProviderServer) -> None:
+    steps = runs(18, 120)
+
+    async def main() -> AgentContextSession:
+        store = ac.Session.from_store(MemoryStore(), engine=engine())
+        session = AgentContextSession(store)
+        async with client_for(server) as client:
+            a = agent(server, api, client)
+            server.policy = tool_loop(steps=steps)
+            first = await Runner.run(
+                a,
+                "Fix the failing test.",
+                session=session,
+                run_config=session.run_config(),
+                max_turns=steps + 5,
+            )
+            server.policy = tool_loop(steps=3)
+            second = await Runner.run(
+                a, "Now add a regression test.", session=session, run_config=session.run_config()
+            )
+        assert first.final_output == second.final_output == "done"
+        return session
+
+    session = asyncio.run(main())
+    assert len(server.requests) == steps + 1 + 4
+    first_run, second_run = server.requests[: steps + 1], server.requests[steps + 1 :]
+    for r in first_run:
+        assert_fits_and_keeps(r, "Fix the failing test.")
+    for r in second_run:
+        assert_fits_and_keeps(r, "Now add a regression test.")
+    # It did have to compact: the raw history is several windows long.
+    appended = [m for m in session.session.records() if type(m).__name__ == "MessageRecord"]
+    raw_tokens = ac.counter_for("gpt-4o").count_messages([r.message for r in appended])  # type: ignore[attr-defined]
+    assert raw_tokens > 3 * WINDOW
+    assert session.session.compactions
+    # The log keeps every item: each tool output is recallable by id.
+    outputs = [m for m in (r.message for r in appended) if m.role == "tool"]  # type: ignore[attr-defined]
+    assert len(outputs) == steps + 3
+    assert "step 0 output" in session.session.recall(f"message:{outputs[0].id}")
+
+
+def test_a_streamed_run_fits_too() -> None:
+    async def main(server: ProviderServer) -> list[Any]:
+        session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=15)
+            result = Runner.run_streamed(
+                agent(server, "responses", client),
+                "Fix the failing test.",
+                session=session,
+                run_config=session.run_config(),
+                max_turns=20,
+            )
+            events = [e async for e in result.stream_events()]
+            assert events and result.final_output == "done"
+        return await session.get_items()
+
+    with ProviderServer(window=WINDOW, reasoning=True) as server:
+        history = asyncio.run(main(server))
+    assert len(server.requests) == 16 and all(r.body.get("stream") for r in server.requests)
+    for r in server.requests:
+        assert_fits_and_keeps(r, "Fix the failing test.")
+    assert check_responses({"model": "m", "input": history})[0] is None
+
+
+def test_without_agentcontext_the_same_run_overflows(api: str, server: ProviderServer) -> None:
+    """The control: the run above, with the SDK's own session and no filter, is rejected by the server."""
+
+    async def main() -> None:
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=25)
+            with pytest.raises(Exception, match="context|maximum context length"):
+                await Runner.run(
+                    agent(server, api, client),
+                    "Fix the failing test.",
+                    session=SQLiteSession("x"),
+                    max_turns=30,
+                )
+
+    asyncio.run(main())
+    assert server.rejected and "context" in (server.rejected[0].error or "")
+
+
+def test_the_input_filter_alone_fits_every_call_and_the_sdk_keeps_its_history(
+    api: str, server: ProviderServer
+) -> None:
+    steps = runs(20, 100)
+    sdk_session = SQLiteSession("kept")
+
+    async def main() -> int:
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=steps)
+            config = RunConfig(call_model_input_filter=call_model_input_filter(engine()))
+            await Runner.run(
+                agent(server, api, client),
+                "Fix the failing test.",
+                session=sdk_session,
+                run_config=config,
+                max_turns=steps + 5,
+            )
+        return len(await sdk_session.get_items())
+
+    kept = asyncio.run(main())
+    for r in server.requests:
+        assert_fits_and_keeps(r, "Fix the failing test.")
+    assert kept >= 2 * steps + 2  # the SDK's session was not shortened: only what was sent was fitted
+
+
+def test_between_compactions_each_request_extends_the_previous_one() -> None:
+    """Promise 7: the prefix stays the same until the next compaction, so prompt caches keep hitting."""
+    window = 20_000
+    e = ac.ContextEngine(model="gpt-4o", window=window, reserve=RESERVE)
+
+    async def main(server: ProviderServer) -> None:
+        session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=e))
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=24)
+            await Runner.run(
+                agent(server, "responses", client),
+                "Fix it.",
+                session=session,
+                run_config=session.run_config(),
+                max_turns=30,
+            )
+
+    with ProviderServer(window=window, reasoning=True) as server:
+        asyncio.run(main(server))
+    inputs = [r.items for r in server.requests]
+    extended = sum(1 for a, b in zip(inputs, inputs[1:], strict=False) if b[: len(a)] == a)
+    compactions = sum(e.stats.compactions.values())
+    assert 0 < compactions <= len(inputs) // 4
+    assert extended >= len(inputs) - 1 - compactions
+
+
+# ----------------------------------------------------------------------------- limit: openai-agents #4322
+
+
+HISTORY_4322 = [
+    {"role": "user", "content": "first"},
+    {"type": "function_call", "call_id": "call_1", "name": "run", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "result"},
+    {
+        "type": "message",
+        "role": "assistant",
+        "id": "msg_1",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "done", "annotations": []}],
+    },
+]
+
+
+def test_4322_limit_returns_an_unmatched_output_from_sqlite_and_never_from_ours() -> None:
+    async def main() -> None:
+        sqlite = SQLiteSession("s")
+        ours = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+        for s in (sqlite, ours):
+            await s.add_items(list(HISTORY_4322))  # type: ignore[arg-type]
+        # #4322: the newest two items are an output whose call was cut away.
+        assert [i.get("type") for i in await sqlite.get_items(limit=2)] == ["function_call_output", "message"]
+        for limit in range(6):
+            got = await ours.get_items(limit=limit)
+            assert len(got) <= limit
+            assert got == HISTORY_4322[len(HISTORY_4322) - len(got) :]
+            assert (
+                check_responses({"model": "m", "input": got or [{"role": "user", "content": "next"}]})[0]
+                is None
+            )
+        assert [i.get("type") for i in await ours.get_items(limit=2)] == ["message"]
+
+    asyncio.run(main())
+
+
+def test_limit_cutting_reasoning_from_its_response_is_rejected_with_sqlite_and_not_with_ours() -> None:
+    """SDK 0.20 drops the orphan output of #4322, but ``limit`` still parts a reasoning item from its items."""
+
+    async def history(session: Any, server: ProviderServer) -> None:
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=2)
+            await Runner.run(agent(server, "responses", client), "first", session=session)
+
+    async def again(session: Any, server: ProviderServer, limit: int) -> str | None:
+        server.policy = tool_loop(steps=0)
+        async with client_for(server) as client:
+            config = RunConfig(session_settings=SessionSettings(limit=limit))
+            try:
+                await Runner.run(
+                    agent(server, "responses", client), "again", session=session, run_config=config
+                )
+            except Exception as e:  # the provider's 400
+                return str(e)
+        return None
+
+    async def main() -> tuple[list[str | None], list[str | None]]:
+        with ProviderServer(window=100_000, reasoning=True) as server:
+            sqlite = SQLiteSession("s")
+            await history(sqlite, server)
+            size = len(await sqlite.get_items())
+            theirs = []
+            for limit in range(1, size + 1):
+                theirs.append(await again(sqlite, server, limit))
+                while len(await sqlite.get_items()) > size:
+                    await sqlite.pop_item()
+            ours_session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+            await history(ours_session, server)
+            ours = []
+            for limit in range(1, size + 1):
+                ours.append(await again(ours_session, server, limit))
+                while len(await ours_session.get_items()) > size:
+                    await ours_session.pop_item()
+        return theirs, ours
+
+    theirs, ours = asyncio.run(main())
+    assert any(e is not None and "without its required 'reasoning' item" in e for e in theirs)
+    assert ours == [None] * len(ours)
+
+
+# ----------------------------------------------------------------------------- pop_item, clear_session, stores
+
+
+def test_pop_and_clear_are_recorded_never_destructive(tmp_path: Path) -> None:
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        with ac.Session.open(path, engine=engine()) as inner:
+            session = AgentContextSession(inner)
+            await session.add_items(items[:1])  # type: ignore[arg-type]
+            await session.add_items(items[1:])  # type: ignore[arg-type]
+            assert await session.get_items() == items
+            assert await session.pop_item() == items[3]
+            assert await session.get_items() == items[:3]
+            assert await session.pop_item() == items[2]
+            assert await session.pop_item() == items[1]
+            assert await session.get_items() == items[:1]
+            await session.add_items([{"role": "user", "content": "again"}])  # type: ignore[arg-type]
+        with ac.Session.open(path, engine=engine()) as inner:  # restored from the log
+            session = AgentContextSession(inner)
+            assert await session.get_items() == [items[0], {"role": "user", "content": "again"}]
+            assert await session.pop_item() == {"role": "user", "content": "again"}
+            await session.clear_session()
+            assert await session.get_items() == []
+            assert await session.pop_item() is None
+            # Nothing was deleted: every item ever added is still in the log.
+            logged = [r.message for r in inner.records() if type(r).__name__ == "MessageRecord"]  # type: ignore[attr-defined]
+            assert responses.from_messages(logged[:3], validate=False) == items
+            await session.add_items(items[:1])  # type: ignore[arg-type]
+            assert await session.get_items() == items[:1]
+
+    asyncio.run(main())
+
+
+def test_any_store_works_and_a_reopened_session_gives_the_same_history(tmp_path: Path) -> None:
+    async def main() -> None:
+        with ProviderServer(window=WINDOW, reasoning=True) as server:
+            with ac.Session.from_store(
+                SQLiteStore(tmp_path / "s.db", session_id="chat-1"), engine=engine()
+            ) as inner:
+                session = AgentContextSession(inner)
+                async with client_for(server) as client:
+                    server.policy = tool_loop(steps=12)
+                    await Runner.run(
+                        agent(server, "responses", client),
+                        "Fix it.",
+                        session=session,
+                        run_config=session.run_config(),
+                        max_turns=20,
+                    )
+                before = await session.get_items()
+            assert server.rejected == []
+        with ac.Session.from_store(
+            SQLiteStore(tmp_path / "s.db", session_id="chat-1"), engine=engine()
+        ) as inner:
+            assert await AgentContextSession(inner).get_items() == before
+        assert check_responses({"model": "m", "input": before})[0] is None
+
+    asyncio.run(main())
+
+
+def test_it_is_an_sdk_session_and_needs_an_engine() -> None:
+    from agents.memory import Session as SDKSession
+
+    session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()), session_id="chat-1")
+    assert isinstance(session, SDKSession) and session.session_id == "chat-1"
+    with pytest.raises(ac.exceptions.ConfigError, match="no engine"):
+        AgentContextSession(ac.Session.from_store(MemoryStore()))
+
+
+def test_the_integration_says_how_to_install_its_extra() -> None:
+    code = "import sys\nsys.modules['agents'] = None\nimport agentcontext.integrations.openai_agents\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "MissingDependencyError" in proc.stderr
+    assert "pip install 'agentcontext[openai-agents]'" in proc.stderr
+    without = "import sys\nsys.modules['agents'] = None\nimport agentcontext\nfrom agentcontext.formats import responses\n"
+    plain = subprocess.run(
+        [sys.executable, "-c", without + "print('ok')"], capture_output=True, text=True, timeout=120
+    )
+    assert plain.stdout.strip() == "ok", plain.stderr
+
+
+# ----------------------------------------------------------------------------- the filter, called directly
+
+
+def call(items: list[dict[str, Any]], instructions: str | None = INSTRUCTIONS) -> Any:
+    from agents.run_config import CallModelData, ModelInputData
+
+    a = Agent(name="engineer", instructions=instructions, tools=[run])
+    return CallModelData(
+        model_data=ModelInputData(input=items, instructions=instructions), agent=a, context=None
+    )  # type: ignore[arg-type]
+
+
+def test_the_filter_counts_only_new_items_at_each_step() -> None:
+    """A step costs O(new items): the engine recognises the conversation and counts only what was added."""
+    e = ac.ContextEngine(model="gpt-4o", window=200_000)
+    f = call_model_input_filter(e)
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix it."}]
+    steps = runs(100, 400)
+    before = e.counter.stats  # type: ignore[attr-defined]  # the counter is shared by every gpt-4o engine
+
+    async def main() -> None:
+        for i in range(steps):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": f"c{i}",
+                    "name": "run",
+                    "arguments": json.dumps({"step": i}),
+                }
+            )
+            items.append({"type": "function_call_output", "call_id": f"c{i}", "output": f"result {i} " * 60})
+            out = await f(call(list(items)))
+            assert out.input == items and out.instructions == INSTRUCTIONS
+
+    asyncio.run(main())
+    after = e.counter.stats  # type: ignore[attr-defined]
+    assert after.cache_misses - before.cache_misses <= 2 * steps + 2  # each message counted once...
+    assert (
+        after.cache_hits - before.cache_hits <= 2 * steps
+    )  # ...and not looked up at every step (a full pass: ~n²)
+    assert sum(e.stats.compactions.values()) == 0
+
+
+def test_the_filter_rejects_a_malformed_item_and_recovers_on_the_next_call() -> None:
+    f = call_model_input_filter(engine())
+    good = [{"role": "user", "content": "hi"}]
+    bad = [*good, {"type": "function_call", "call_id": "", "name": "run", "arguments": "{}"}]
+
+    async def main() -> None:
+        with pytest.raises(ac.exceptions.InvalidMessageError, match="call_id"):
+            await f(call(bad))
+        fixed = [
+            *good,
+            {"type": "function_call", "call_id": "c1", "name": "run", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        ]
+        assert (await f(call(fixed))).input == fixed
+
+    asyncio.run(main())
+
+
+def test_large_instructions_are_counted_and_never_cut() -> None:
+    f = call_model_input_filter(engine())
+    instructions = "Follow the house rules. " * 500  # about 2,500 tokens of the 5,200-token budget
+    items = [{"role": "user", "content": "go"}]
+    for i in range(6):
+        items += [
+            {"type": "function_call", "call_id": f"c{i}", "name": "run", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{i}", "output": "data " * 300},
+        ]
+
+    async def main() -> Any:
+        return await f(call(items, instructions))
+
+    out = asyncio.run(main())
+    assert out.instructions == instructions
+    problem, tokens = check_responses({"model": "m", "instructions": instructions, "input": out.input})
+    assert problem is None and tokens <= WINDOW - RESERVE
+    assert {"role": "user", "content": "go"} in out.input and len(out.input) < len(items)
