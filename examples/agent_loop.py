@@ -3,7 +3,8 @@
 The agent can list and read files under a directory, and recall anything
 agentcontext compacted away. Every message, usage report, checkpoint and
 compaction goes to the session's JSON Lines log, so the run survives a crash:
-run the same command again and it carries on where it stopped.
+run the same command again and it carries on where it stopped (the task is
+not asked a second time).
 
     pip install -e '.[openai]'
     export OPENAI_API_KEY=...      # or point --base-url at vLLM, Ollama, DeepSeek, Moonshot, Qwen...
@@ -19,11 +20,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
 import agentcontext as ac
+from agentcontext.compaction import is_user_request
 from agentcontext.formats import openai as oai
 from agentcontext.session import Session, recall_tool_openai
 
@@ -73,6 +76,20 @@ def run_tool(root: Path, name: str, arguments: str) -> str:
         return f"error: {exc}"
 
 
+def unfinished(view: Sequence[ac.Message], task: str) -> bool:
+    """True when the latest request in ``view`` is ``task`` and no final answer followed it.
+
+    That is a run that stopped (an endpoint error, a crash, the step limit): running
+    the same command again carries on with it instead of asking a second time.
+    """
+    for message in reversed(view):
+        if message.role == "assistant" and not message.tool_calls and message.text.strip():
+            return False  # answered: the same task again is a new request
+        if is_user_request(message):
+            return message.text == task
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("task", help="what the agent should do")
@@ -97,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         session.append(
             ac.Message(role="system", content="You are a careful assistant. Use the tools to look at files.")
         )
-    session.append(ac.Message(role="user", content=args.task))
+    if unfinished(session.view, args.task):
+        print("agent_loop: resuming the unfinished task", file=sys.stderr)
+    else:
+        session.append(ac.Message(role="user", content=args.task))
     headers = {"Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', 'none')}"}
     tools = [*TOOLS, recall_tool_openai()]
     try:

@@ -115,3 +115,24 @@ def test_agent_loop_tools_stay_inside_the_root(tmp_path: Path) -> None:
         tmp_path, "read_file", json.dumps({"path": "../../etc/passwd"})
     )
     assert agent.run_tool(tmp_path, "nope", "{}").startswith("error: unknown tool")
+
+
+def test_agent_loop_resumes_a_failed_run_without_asking_twice(tmp_path: Path) -> None:
+    from llm_servers import error
+
+    agent = load_example("agent_loop")
+    session_path = tmp_path / "demo.jsonl"
+    argv = ["Count the files.", "--root", str(tmp_path), "--session", str(session_path)]
+    with LLMServer("openai") as server:
+        server.script(error(500, "overloaded"))
+        for _ in range(2):  # two runs that fail at the endpoint
+            assert agent.main([*argv, "--base-url", server.url]) == 1
+        server.script(openai_ok("There are no files."))
+        assert agent.main([*argv, "--base-url", server.url]) == 0
+        sent = server.requests[-1].body["messages"]
+        assert [m["content"] for m in sent if m["role"] == "user"] == ["Count the files."]
+        # Answered now: the same task again is a new request.
+        server.script(openai_ok("Still none."))
+        assert agent.main([*argv, "--base-url", server.url]) == 0
+        sent = server.requests[-1].body["messages"]
+        assert [m["content"] for m in sent if m["role"] == "user"] == ["Count the files.", "Count the files."]

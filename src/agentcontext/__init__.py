@@ -8,33 +8,39 @@
 """
 
 from . import models
+from ._api import Engine, EngineState, Prepared, ToolDefinitions
+from ._report import EngineStats, Report, Status
+from ._thresholds import Thresholds
 from .artifacts import (
     ArtifactRef,
     ArtifactStore,
     FileArtifactStore,
     MemoryArtifactStore,
 )
-from .engine import (
-    ContextEngine,
-    EngineStats,
+from .compaction import (
+    Action,
+    Compaction,
+    FallbackReason,
     Level,
-    Prepared,
-    Report,
-    Status,
-    Thresholds,
+    MessageKind,
+    SummaryRequest,
 )
+from .engine import ContextEngine
 from .exceptions import (
     AgentContextError,
     ConcurrencyError,
     ConfigError,
     ContextOverflowError,
+    ConversionWarning,
     InvalidConversationError,
     InvalidMessageError,
     MissingDependencyError,
     RecallError,
     SessionLockedError,
     StoreError,
+    SummarizerBackoff,
     SummarizerError,
+    SummarizerTimeout,
     TokenizerError,
     UnknownModelError,
     UsageError,
@@ -59,7 +65,6 @@ from .session import (
     recall_tool_openai,
 )
 from .strategies import (
-    Action,
     CompactionResult,
     HardTruncate,
     MaskObservations,
@@ -75,7 +80,6 @@ from .summarizers import (
     PromptTemplate,
     RetryPolicy,
     Summarizer,
-    SummaryRequest,
 )
 from .tokens import (
     CalibratedCounter,
@@ -99,14 +103,19 @@ __all__ = [
     "ArtifactRef",
     "ArtifactStore",
     "CalibratedCounter",
+    "Compaction",
     "CompactionResult",
     "ConcurrencyError",
     "ConfigError",
     "ContextEngine",
     "ContextOverflowError",
     "ConversationChecker",
+    "ConversionWarning",
+    "Engine",
+    "EngineState",
     "EngineStats",
     "ExtractiveSummarizer",
+    "FallbackReason",
     "FileArtifactStore",
     "HardTruncate",
     "HuggingFaceCounter",
@@ -119,6 +128,7 @@ __all__ = [
     "MemoryArtifactStore",
     "MemoryStore",
     "Message",
+    "MessageKind",
     "MissingDependencyError",
     "ModelSpec",
     "ObservationTruncator",
@@ -138,7 +148,9 @@ __all__ = [
     "StoreError",
     "Summarize",
     "Summarizer",
+    "SummarizerBackoff",
     "SummarizerError",
+    "SummarizerTimeout",
     "SummaryRequest",
     "TextPart",
     "Thresholds",
@@ -148,6 +160,7 @@ __all__ = [
     "TokenCounter",
     "TokenizerError",
     "ToolCall",
+    "ToolDefinitions",
     "TruncationResult",
     "UnknownModelError",
     "UsageError",
@@ -162,3 +175,18 @@ __all__ = [
     "rounds",
     "safe_split_points",
 ]
+
+
+def _publish() -> None:
+    """Give public classes and functions their public module (``agentcontext.Message``, not
+    ``agentcontext.messages.Message``) in reprs, tracebacks and docs, as httpx does."""
+    import types
+
+    namespace = globals()
+    for name in __all__:
+        obj = namespace[name]
+        if isinstance(obj, type | types.FunctionType):
+            obj.__module__ = __name__
+
+
+_publish()
