@@ -1,9 +1,11 @@
-"""Session benchmarks (issue 5): append throughput, restore time, memory of a restored session.
+"""Session benchmarks (issues 5 and 12): append throughput, restore time, memory of a restored session.
 
 1. Appends per second, one `Session.append` per message, on the JSONL store with
-   each fsync policy, on SQLite (``synchronous=FULL`` and ``OFF``) and in memory.
-2. Restore time (`Session.open` of an existing log) for 10,000 and 100,000
-   messages, JSONL and SQLite: wall and CPU time, best of three.
+   each fsync policy, on SQLite (``synchronous=FULL`` and ``OFF``), on
+   PostgreSQL (``synchronous_commit`` on and off), on Redis and in memory.
+2. Restore time (`Session.from_store` of an existing log) for 10,000 and
+   100,000 messages, JSONL, SQLite, PostgreSQL and Redis: wall and CPU time,
+   best of three.
 3. Memory of a restored 100,000-message session (tracemalloc, after a full
    collection) relative to the text it holds (UTF-8 bytes of message content,
    tool names and arguments) and to the size of its file.
@@ -13,14 +15,24 @@ Messages are the 3,522 messages of the 63 real conversations in
 sizes follow real agent logs (tool outputs dominate); without that directory,
 `agentcontext.testing.make_conversation` stands in.
 
-Run:  python bench/bench_session.py            (about 2 minutes on 2 cores)
-      python bench/bench_session.py --write    (also update the Sessions section of bench/RESULTS.md)
+4. Side by side (``--peers``): the OpenAI Agents SDK's own ``RedisSession``
+   (``agents.extensions.memory``) on the same messages and the same Redis
+   server: ``add_items`` of one item per message, and ``get_items`` of the whole
+   history, beside `RedisStore`.
+
+PostgreSQL and Redis are the servers at ``--postgres`` and ``--redis`` (default:
+the local ones the tests use); each run works in a fresh schema / key prefix
+and removes it afterwards. A server that does not answer is left out of the tables.
+
+Run:  python bench/bench_session.py            (about 3 minutes on 2 cores)
+      python bench/bench_session.py --write    (also update the Sessions sections of bench/RESULTS.md)
       python bench/bench_session.py --quick    (small sizes, a smoke run)
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -29,16 +41,19 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agentcontext.messages import Message, iter_text
 from agentcontext.session import JSONLStore, MemoryStore, Session, SessionStore, SQLiteStore
+from agentcontext.session.stores import open_database, open_store
 from agentcontext.testing import make_conversation
 
 EVAL = Path("/work/shared/eval/conversations")
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN, END = "<!-- session-results -->", "<!-- /session-results -->"
+DB_BEGIN, DB_END = "<!-- session-db-results -->", "<!-- /session-db-results -->"
 
 
 def corpus() -> tuple[list[Message], str]:
@@ -78,10 +93,65 @@ def text_bytes(msgs: Sequence[Message]) -> int:
     return sum(len(t.encode("utf-8")) for m in msgs for t in iter_text(m))
 
 
+# ----------------------------------------------------------------------------- database servers
+
+
+class Servers:
+    """A fresh PostgreSQL schema and Redis key prefix for this run, or None for a server that does not answer."""
+
+    def __init__(self, postgres: str, redis: str) -> None:
+        self.postgres: str | None = None
+        self.redis: str | None = None
+        self._postgres_base, self._redis_base = postgres, redis
+        self.notes: list[str] = []
+
+    def __enter__(self) -> Servers:
+        tag = uuid.uuid4().hex[:10]
+        for kind, base, param in (
+            ("postgres", self._postgres_base, f"schema=bench_{tag}"),
+            ("redis", self._redis_base, f"prefix=bench:{tag}"),
+        ):
+            url = f"{base}{'&' if '?' in base else '?'}{param}"
+            try:
+                db = open_database(url)
+                db.init()
+                db.close()
+            except Exception as exc:  # a missing client or server: leave it out, say why
+                self.notes.append(f"{kind} left out: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                print(f"  {self.notes[-1]}", file=sys.stderr)
+                continue
+            setattr(self, kind, url)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.postgres is not None:
+            import psycopg
+
+            schema = self.postgres.rsplit("schema=", 1)[1]
+            with psycopg.connect(self._postgres_base, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if self.redis is not None:
+            import redis
+
+            prefix = self.redis.rsplit("prefix=", 1)[1]
+            client = redis.Redis.from_url(self._redis_base)
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for i in range(0, len(keys), 500):
+                client.unlink(*keys[i : i + 500])
+            client.close()
+
+    def store(self, kind: str, session: str, **options: object) -> SessionStore:
+        url = self.postgres if kind == "postgres" else self.redis
+        assert url is not None
+        return open_store(f"{url}&session={session}", **options)
+
+
 # ----------------------------------------------------------------------------- appends
 
 
-def bench_appends(pool: Sequence[Message], directory: Path, quick: bool) -> list[tuple[str, int, float]]:
+def bench_appends(
+    pool: Sequence[Message], directory: Path, quick: bool, servers: Servers | None = None
+) -> list[tuple[str, int, float]]:
     rows = []
     cases: list[tuple[str, Callable[[Path], SessionStore], int]] = [
         ("JSONL, fsync always", lambda d: JSONLStore(d / "a.jsonl", fsync="always"), 300 if quick else 1_000),
@@ -107,6 +177,21 @@ def bench_appends(pool: Sequence[Message], directory: Path, quick: bool) -> list
         ),
         ("memory", lambda _d: MemoryStore(), 2_000 if quick else 20_000),
     ]
+    if servers is not None and servers.postgres:
+        cases += [
+            (
+                "PostgreSQL, synchronous_commit on",
+                lambda _d: servers.store("postgres", "appends-durable"),
+                300 if quick else 1_000,
+            ),
+            (
+                "PostgreSQL, synchronous_commit off (fsync never)",
+                lambda _d: servers.store("postgres", "appends-fast", fsync="never"),
+                1_000 if quick else 5_000,
+            ),
+        ]
+    if servers is not None and servers.redis:
+        cases.append(("Redis", lambda _d: servers.store("redis", "appends"), 1_000 if quick else 5_000))
     for label, make, n in cases:
         msgs = fresh(pool, n)
         session = Session.from_store(make(directory))
@@ -145,8 +230,28 @@ def timed_restore(make: Callable[[], SessionStore], runs: int) -> tuple[float, f
     return min(walls), min(cpus), n
 
 
+def timed_load(make: Callable[[], SessionStore], runs: int) -> tuple[float, float, int]:
+    """Best-of-``runs`` wall and CPU time of reading every record (``store.load``: fetched and parsed)."""
+    walls, cpus = [], []
+    n = 0
+    for _ in range(runs):
+        store = make()
+        store.open(create=False)
+        gc.collect()
+        wall, cpu = time.perf_counter(), time.process_time()
+        n = sum(1 for _ in store.load())
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        store.close()
+    return min(walls), min(cpus), n
+
+
 def bench_restore(
-    pool: Sequence[Message], directory: Path, sizes: Sequence[int]
+    pool: Sequence[Message],
+    directory: Path,
+    sizes: Sequence[int],
+    servers: Servers | None = None,
+    loads: list[tuple[str, int, float, float, int]] | None = None,
 ) -> list[tuple[str, int, float, float, int]]:
     rows = []
     for n in sizes:
@@ -154,19 +259,90 @@ def bench_restore(
         jsonl, db = directory / f"r{n}.jsonl", directory / f"r{n}.db"
         build(JSONLStore(jsonl, fsync="never"), msgs)
         build(SQLiteStore(db, fsync="never"), msgs)
-        for label, make, path in (
-            ("JSONL", lambda p=jsonl: JSONLStore(p, read_only=True), jsonl),
-            ("SQLite", lambda p=db: SQLiteStore(p, read_only=True), db),
-        ):
+        cases: list[tuple[str, Callable[[], SessionStore], int]] = [
+            ("JSONL", lambda p=jsonl: JSONLStore(p, read_only=True), jsonl.stat().st_size),
+            ("SQLite", lambda p=db: SQLiteStore(p, read_only=True), db.stat().st_size),
+        ]
+        for kind, label in (("postgres", "PostgreSQL"), ("redis", "Redis")):
+            if servers is not None and getattr(servers, kind):
+                build(
+                    servers.store(kind, f"restore-{n}", **({"fsync": "never"} if kind == "postgres" else {})),
+                    msgs,
+                )
+                size = jsonl.stat().st_size  # the same records, as JSON text
+                cases.append(
+                    (label, lambda k=kind, n=n: servers.store(k, f"restore-{n}", read_only=True), size)
+                )
+        for label, make, size in cases:
             wall, cpu, restored = timed_restore(make, runs=3)
             assert restored == n
-            size = path.stat().st_size
             rows.append((label, n, wall, cpu, size))
             print(
-                f"  restore  {label:<6} {n:>8,} messages  wall {wall:.2f} s  cpu {cpu:.2f} s  ({size / 1e6:.0f} MB)",
+                f"  restore  {label:<10} {n:>8,} messages  wall {wall:.2f} s  cpu {cpu:.2f} s  ({size / 1e6:.0f} MB)",
                 file=sys.stderr,
             )
+            if loads is not None:
+                wall, cpu, read = timed_load(make, runs=3)
+                assert read == n + 1  # the header too
+                loads.append((label, n, wall, cpu, size))
+                print(
+                    f"  load     {label:<10} {n:>8,} records   wall {wall:.2f} s  cpu {cpu:.2f} s",
+                    file=sys.stderr,
+                )
         del msgs
+    return rows
+
+
+# ----------------------------------------------------------------------------- peers
+
+
+def bench_sdk_redis(
+    pool: Sequence[Message], servers: Servers, sizes: Sequence[int], appends: int
+) -> list[tuple[str, int, float]]:
+    """The Agents SDK's RedisSession on the same messages (as Chat Completions dicts) and server."""
+    try:
+        from agents.extensions.memory import RedisSession
+    except Exception as exc:  # not installed, or its own extra missing
+        servers.notes.append(f"Agents SDK RedisSession left out: {type(exc).__name__}: {exc}")
+        return []
+    from agentcontext.formats import openai as oai
+
+    assert servers.redis is not None
+    base, prefix = servers.redis.split("?prefix=")
+    rows: list[tuple[str, int, float]] = []
+
+    async def run() -> None:
+        items = oai.from_messages(fresh(pool, appends), validate=False)
+        session = RedisSession.from_url(f"sdk-appends-{uuid.uuid4().hex[:8]}", url=base)
+        session._messages_key = f"{prefix}:sdk:appends"  # type: ignore[attr-defined]  # under our prefix: cleaned up
+        session._session_key = f"{prefix}:sdk:appends:meta"  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        for item in items:
+            await session.add_items([item])  # type: ignore[list-item]
+        rows.append(
+            ("appends/s (one add_items per message)", appends, appends / (time.perf_counter() - start))
+        )
+        await session.close()
+        for n in sizes:
+            session = RedisSession.from_url(f"sdk-restore-{n}", url=base)
+            session._messages_key = f"{prefix}:sdk:restore:{n}"  # type: ignore[attr-defined]
+            session._session_key = f"{prefix}:sdk:restore:{n}:meta"  # type: ignore[attr-defined]
+            msgs = oai.from_messages(fresh(pool, n), validate=False)
+            for i in range(0, n, 1_000):
+                await session.add_items(msgs[i : i + 1_000])  # type: ignore[arg-type]
+            best = float("inf")
+            for _ in range(3):
+                gc.collect()
+                start = time.perf_counter()
+                got = await session.get_items()
+                best = min(best, time.perf_counter() - start)
+                assert len(got) == n
+            rows.append(("get_items of the whole history (s)", n, best))
+            await session.close()
+
+    asyncio.run(run())
+    for label, n, value in rows:
+        print(f"  sdk      {label:<40} {value:>10,.2f}  ({n:,} messages)", file=sys.stderr)
     return rows
 
 
@@ -271,6 +447,85 @@ def write(section: str) -> None:
     RESULTS.write_text(text, encoding="utf-8")
 
 
+DB_SECTION_HEAD = """## Sessions on PostgreSQL and Redis
+
+The stores many workers share (issue 12) beside the embedded ones, in one run: appends per second and
+restore time for 10,000 and 100,000 messages. Goal: restore 100,000 messages in at most 2 s from either
+server. Then the OpenAI Agents SDK's own `RedisSession` on the same messages and server.
+
+```
+python bench/bench_session.py --servers --write   # about 3 minutes on 2 cores
+```
+
+"""
+
+
+def report_servers(
+    source: str,
+    appends: list[tuple[str, int, float]],
+    restores: list[tuple[str, int, float, float, int]],
+    loads: list[tuple[str, int, float, float, int]],
+    peers: list[tuple[str, int, float]],
+    notes: list[str],
+) -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [
+        DB_BEGIN,
+        f"Messages: {source}, repeated with fresh ids. Python {platform.python_version()}, {os.cpu_count()} "
+        f"cores, load average {load:.1f} when the run started; PostgreSQL and Redis on the same machine "
+        "(loopback), Redis without persistence (a restart loses its data: `agentcontext db init` warns).",
+        "",
+        "### Appends per second (one `Session.append` per message)",
+        "| store | appends/s | messages |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {label} | {rate:,.0f} | {n:,} |" for label, n, rate in appends]
+    lines += [
+        "",
+        "### Restore (`Session.from_store` of an existing log: read, decode, replay; best of 3)",
+        "| store | messages | JSON text | wall | CPU |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {label} | {n:,} | {size / 1e6:,.0f} MB | {wall:.2f} s | {cpu:.2f} s |"
+        for label, n, wall, cpu, size in restores
+    ]
+    lines += [
+        "",
+        "### Reading the records only (`store.load`: fetched and parsed, no replay; best of 3)",
+        "| store | messages | wall | CPU |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {label} | {n:,} | {wall:.2f} s | {cpu:.2f} s |" for label, n, wall, cpu, _ in loads]
+    if peers:
+        lines += [
+            "",
+            "### The Agents SDK's RedisSession on the same server and messages",
+            "| what | messages | value |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [f"| {label} | {n:,} | {value:,.2f} |" for label, n, value in peers]
+        lines += [
+            f"| agentcontext `RedisStore.load` (s, from the table above) | {n:,} | {wall:.2f} |"
+            for label, n, wall, _, _ in loads
+            if label == "Redis"
+        ]
+    for note in notes:
+        lines += ["", f"Note: {note}"]
+    lines.append(DB_END)
+    return "\n".join(lines)
+
+
+def write_servers(section: str) -> None:
+    text = RESULTS.read_text(encoding="utf-8")
+    if DB_BEGIN in text and DB_END in text:
+        head, rest = text.split(DB_BEGIN, 1)
+        text = head + section + rest.split(DB_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + DB_SECTION_HEAD + section + "\n"
+    RESULTS.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -279,9 +534,46 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="update the Sessions section of bench/RESULTS.md"
     )
+    parser.add_argument(
+        "--servers",
+        action="store_true",
+        help="the database run: PostgreSQL and Redis beside JSONL and SQLite, and the Agents SDK's RedisSession",
+    )
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("AGENTCONTEXT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL database to use (a fresh schema is made and dropped)",
+    )
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("AGENTCONTEXT_TEST_REDIS", "redis://127.0.0.1:6379/0"),
+        help="Redis server to use (a fresh key prefix is made and removed)",
+    )
     args = parser.parse_args()
     pool, source = corpus()
     sizes = (1_000, 10_000) if args.quick else (10_000, 100_000)
+    if args.servers:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-session-") as tmp,
+            Servers(args.postgres, args.redis) as servers,
+        ):
+            directory = Path(tmp)
+            appends = [
+                row
+                for row in bench_appends(pool, directory, args.quick, servers)
+                if not row[0].startswith(("memory", "JSONL, fsync interval"))
+            ]
+            loads: list[tuple[str, int, float, float, int]] = []
+            restores = bench_restore(pool, directory, sizes, servers, loads)
+            peers: list[tuple[str, int, float]] = []
+            if servers.redis:
+                peers = bench_sdk_redis(pool, servers, sizes, 1_000 if args.quick else 5_000)
+            section = report_servers(source, appends, restores, loads, peers, servers.notes)
+        print(section)
+        if args.write:
+            write_servers(section)
+            print(f"updated {RESULTS}", file=sys.stderr)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
         directory = Path(tmp)
         appends = bench_appends(pool, directory, args.quick)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentcontext.engine import ContextEngine, Level
+from agentcontext import ContextEngine, Level
 from agentcontext.exceptions import ContextOverflowError
 from agentcontext.formats.openai import to_messages
 from agentcontext.messages import Message
