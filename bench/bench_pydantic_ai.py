@@ -2,8 +2,8 @@
 
 At a history of 10,000 Pydantic AI messages (5,000 tool rounds) and a window
 large enough that nothing needs compacting, one agent step appends a model
-response and the tool's return, then the capability's ``before_model_request``
-hook runs. Side by side in one run:
+response and the tool's return, then the capability's ``wrap_model_request``
+hook runs (where the default, request-only mode prepares what is sent). Side by side in one run:
 
 - **engine alone**: ``ContextEngine.aprepare`` on canonical messages built in
   advance (what the engine itself costs per step);
@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
+    TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -129,7 +130,10 @@ class Alone:
 
 
 class WithCapability:
-    """`ContextCapability.before_model_request` with a real RunContext and ModelRequestContext."""
+    """`ContextCapability.wrap_model_request` with a real RunContext and ModelRequestContext.
+
+    The handler (the model call) returns a response made in advance and records what it was handed.
+    """
 
     def __init__(self, rounds: int) -> None:
         self.cap = ContextCapability(ContextEngine(model="gpt-4o", window=WINDOW))
@@ -140,6 +144,12 @@ class WithCapability:
         )
         self.params = ModelRequestParameters(function_tools=TOOLS)
         self.rounds, self.k = rounds, 0
+        self.sent: list[Any] | None = None
+        self.reply = ModelResponse(parts=[TextPart("ok")])
+
+    async def handler(self, rc: ModelRequestContext) -> ModelResponse:
+        self.sent = rc.messages
+        return self.reply
 
     def request(self) -> ModelRequestContext:
         # Pydantic AI copies the history into each request context itself (not timed).
@@ -150,7 +160,7 @@ class WithCapability:
     async def first(self) -> float:
         rc = self.request()
         t0 = time.perf_counter()
-        await self.cap.before_model_request(self.ctx, rc)
+        await self.cap.wrap_model_request(self.ctx, request_context=rc, handler=self.handler)
         return time.perf_counter() - t0
 
     async def step(self) -> float:
@@ -158,9 +168,9 @@ class WithCapability:
         self.msgs.extend(round_messages(self.rounds + k))
         rc = self.request()
         t0 = time.perf_counter()
-        out = await self.cap.before_model_request(self.ctx, rc)
+        await self.cap.wrap_model_request(self.ctx, request_context=rc, handler=self.handler)
         elapsed = time.perf_counter() - t0
-        assert out.messages is rc.messages and self.cap.last is not None and self.cap.last.compaction is None
+        assert self.sent is rc.messages and self.cap.last is not None and self.cap.last.compaction is None
         return elapsed
 
 
@@ -172,7 +182,7 @@ async def measure(rounds: int, steps: int) -> list[tuple[str, float | None, floa
     runners: list[tuple[str, Any]] = [
         ("engine alone (messages built in advance)", Alone(rounds, build=False)),
         ("engine + building the 2 new messages", Alone(rounds, build=True)),
-        ("ContextCapability.before_model_request", WithCapability(rounds)),
+        ("ContextCapability.wrap_model_request", WithCapability(rounds)),
     ]
     firsts = [await r.first() for _, r in runners]
     samples: list[list[float]] = [[] for _ in runners]

@@ -85,7 +85,7 @@ def test_readme_agent_loop_runs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_readme_session_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tour = next(b for b in python_blocks() if "Session.open" in b)
+    tour = next(b for b in python_blocks() if "session.checkpoint()" in b)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     scope: dict[str, object] = {
@@ -105,3 +105,20 @@ def test_readme_session_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert session.recall("message:" + first.id)  # type: ignore[attr-defined]
     finally:
         session.close()  # type: ignore[attr-defined]
+
+
+# Pages whose every Python block a test runs as written (tests/test_integration_langchain.py,
+# test_integrations_pydantic_ai.py, test_docs_openai_agents.py, test_session_databases.py).
+RUN_DOCS = ["langchain.md", "pydantic_ai.md", "openai_agents.md", "sessions-on-databases.md"]
+
+
+def test_every_other_readme_snippet_is_a_slice_of_a_docs_page_whose_code_runs() -> None:
+    """The README's short framework snippets are cut from code that runs, so they cannot rot unnoticed."""
+    docs = README.parent / "docs"
+    runs = [b for page in RUN_DOCS for b in re.findall(r"```python\n(.*?)```", (docs / page).read_text(), flags=re.S)]
+    run_here = [b for b in python_blocks() if "while True" in b or "session.checkpoint()" in b]
+    assert len(run_here) == 2
+    for block in python_blocks():
+        if block in run_here:
+            continue
+        assert any(block in code for code in runs), f"README snippet not found verbatim in {RUN_DOCS}:\n{block}"

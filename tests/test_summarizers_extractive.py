@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import realdata
 from agentcontext.exceptions import ConfigError
 from agentcontext.formats.openai import to_messages
 from agentcontext.messages import Message, ToolCall
@@ -27,7 +27,6 @@ from agentcontext.testing import make_conversation
 from agentcontext.tokens import TiktokenCounter
 
 O200K = TiktokenCounter("o200k_base")
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 
 
 def call(cid: str, name: str, **args: object) -> ToolCall:
@@ -370,12 +369,9 @@ def test_configuration_is_checked() -> None:
         ExtractiveSummarizer(language="fr")  # type: ignore[arg-type]
 
 
-@pytest.mark.skipif(not (EVAL / "conversations").is_dir(), reason="the shared evaluation set is not present")
 def test_on_a_real_coding_trajectory() -> None:
-    manifest = json.loads((EVAL / "manifest.json").read_text("utf-8"))["conversations"]
-    entry = next(e for e in manifest if e["source"] == "mini_swe_agent")
-    lines = (EVAL / "conversations" / entry["file"]).read_text("utf-8").splitlines()
-    msgs = to_messages(json.loads(line) for line in lines if line.strip())
+    entry = next(e for e in realdata.manifest() if e["source"] == "mini_swe_agent")
+    msgs = to_messages(realdata.load(entry["path"]))
     text = summarize(msgs[1:], max_tokens=1500)
     assert O200K.count_text(text) <= 1500
     sections = parse_snapshot(text)
