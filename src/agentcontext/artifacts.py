@@ -360,14 +360,11 @@ class FileArtifactStore:
             # Same name means same hash; a size mismatch means a damaged file, which we replace.
             if stat.S_ISREG(existing.st_mode) and existing.st_size == len(raw):
                 return ref
+        if not self.follow_links:
+            self._refuse_links(target.parent)
         self._make_dirs(target.parent)
         if not self.follow_links:
-            for directory in (self.directory, target.parent):
-                if os.path.islink(directory):
-                    raise StoreError(
-                        f"artifact directory {str(directory)!r} is a symbolic link; a session's artifacts "
-                        "are never written through links: remove it"
-                    )
+            self._refuse_links(target.parent)  # again: one may have been planted meanwhile
         self._write_atomically(target, raw)
         return ref
 
@@ -404,6 +401,14 @@ class FileArtifactStore:
         return f"FileArtifactStore({str(self.directory)!r}{links})"
 
     # ------------------------------------------------------------------------- internals
+
+    def _refuse_links(self, subdirectory: Path) -> None:
+        for directory in (self.directory, subdirectory):
+            if os.path.islink(directory):
+                raise StoreError(
+                    f"artifact directory {str(directory)!r} is a symbolic link; a session's artifacts are "
+                    "never written through links: remove it"
+                )
 
     def _make_dirs(self, path: Path) -> None:
         """Create ``path`` and its missing parents, each 0700 whatever the umask."""

@@ -447,9 +447,15 @@ class JSONLStore:
         backup = self._reserve_backup()
         tmp = self._real.with_name(f".{self._real.name}.tmp-{os.getpid()}")
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)  # a leftover of a crashed rewrite by a process of the same pid (or a link)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _FILE_MODE)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _FILE_MODE)
+            except FileExistsError:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)
+                raise StorePathError(
+                    f"cannot rewrite {str(self.path)!r}: {str(tmp)!r} is in the way (a leftover of an "
+                    "interrupted rewrite, or a symbolic link); it is never written through: remove it"
+                ) from None
             try:
                 os.fchmod(fd, mode)
                 data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
