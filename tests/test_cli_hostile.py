@@ -401,6 +401,7 @@ FOREIGN_SESSIONS = [
     Hostile("deep-line", session_text(deep(100_000) + "\n"), 3, "not a session"),
 ]
 
+
 def session_cases() -> Iterator[object]:
     for case in FOREIGN_SESSIONS:
         for verb in sorted(SESSION_VERBS):

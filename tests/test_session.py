@@ -15,10 +15,10 @@ import pytest
 
 from agentcontext.engine import ContextEngine, Prepared
 from agentcontext.exceptions import (
-    NotASessionError,
     ConcurrencyError,
     ConfigError,
     InvalidMessageError,
+    NotASessionError,
     RecallError,
     StoreError,
     UsageError,

@@ -135,7 +135,9 @@ def test_sqlite_reads_from_read_only_media_and_names_it_when_asked_to_write(tmp_
 
 def test_a_sqlite_session_is_shared_by_threads(tmp_path: Path) -> None:
     engine = ContextEngine(window=3000, reserve=300, counter=WordCounter())
-    session = Session.from_store(SQLiteStore(tmp_path / "runs.db", session_id="t", fsync="never"), engine=engine)
+    session = Session.from_store(
+        SQLiteStore(tmp_path / "runs.db", session_id="t", fsync="never"), engine=engine
+    )
     per_thread = 40
     errors: list[BaseException] = []
 

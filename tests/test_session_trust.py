@@ -30,7 +30,7 @@ from agentcontext.cli import main
 from agentcontext.engine import ContextEngine
 from agentcontext.exceptions import NotASessionError, SessionLockedError, StoreError, StorePathError
 from agentcontext.messages import Message, ToolCall
-from agentcontext.session import CorruptRecordWarning, JSONLStore, Session, SQLiteStore, UnknownRecordWarning
+from agentcontext.session import CorruptRecordWarning, JSONLStore, Session, UnknownRecordWarning
 from agentcontext.testing import WordCounter
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
@@ -60,7 +60,10 @@ def _snapshot(root: Path) -> dict[str, tuple[str, ...]]:
         if path.is_symlink():
             seen[rel] = ("link", os.readlink(path))
         elif path.is_file():
-            seen[rel] = (hashlib.sha256(path.read_bytes()).hexdigest(), oct(stat.S_IMODE(path.stat().st_mode)))
+            seen[rel] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                oct(stat.S_IMODE(path.stat().st_mode)),
+            )
         else:
             seen[rel] = ("dir",)
     return seen
@@ -93,7 +96,9 @@ OPENS: dict[str, Callable[[Path], object]] = {
 
 @pytest.mark.parametrize("how", sorted(OPENS))
 @pytest.mark.parametrize("name", sorted(FOREIGN))
-def test_a_file_that_is_not_a_session_is_refused_and_left_untouched(how: str, name: str, tmp_path: Path) -> None:
+def test_a_file_that_is_not_a_session_is_refused_and_left_untouched(
+    how: str, name: str, tmp_path: Path
+) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(FOREIGN[name])
     path.chmod(0o644)
@@ -158,7 +163,11 @@ def test_a_kimi_file_is_migrated_only_when_asked(tmp_path: Path, capsys: pytest.
     shutil.copy(original, path)
     path.chmod(0o640)
     before = _snapshot(tmp_path)
-    for argv in (["compact", str(path), "--model", "gpt-4o"], ["inspect", str(path)], ["revert", str(path), "0"]):
+    for argv in (
+        ["compact", str(path), "--model", "gpt-4o"],
+        ["inspect", str(path)],
+        ["revert", str(path), "0"],
+    ):
         assert main(argv) == 3
         assert "agentcontext migrate" in capsys.readouterr().err
     assert _snapshot(tmp_path) == before

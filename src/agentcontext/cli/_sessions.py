@@ -18,11 +18,11 @@ from rich.table import Table
 
 from .._report import Status
 from ..engine import ContextEngine
+from ..exceptions import NotASessionError, SessionNotFoundError, StorePathError
 from ..formats import anthropic as anthropic_format
 from ..formats import openai as oai
 from ..invariants import check_messages
 from ..messages import JSONValue, Message, tool_call_index, tool_name_for
-from ..exceptions import NotASessionError, SessionNotFoundError, StorePathError
 from ..session import SCHEMA_VERSION, Checkpoint, CompactionRecord, Session, SessionWarning
 from ..session.stores._url import parse_location
 from ..session.stores.jsonl import legacy_error
@@ -439,7 +439,9 @@ def run_export(args: argparse.Namespace, io: Consoles) -> int:
 def run_import(args: argparse.Namespace, io: Consoles) -> int:
     """Write a conversation file as a new session."""
     with Activity(io) as activity:
-        request = read_request(args.conversation, fmt=args.format, progress=activity.reading(args.conversation))
+        request = read_request(
+            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+        )
     messages = list(request.messages)
     notes = list(request.notes)
     if request.instructions is not None:
@@ -466,7 +468,9 @@ def run_import(args: argparse.Namespace, io: Consoles) -> int:
         except SessionNotFoundError:
             pass
         else:
-            raise StorePathError(f"{target!r} already holds a session; import writes a new one: pass a new id")
+            raise StorePathError(
+                f"{target!r} already holds a session; import writes a new one: pass a new id"
+            )
     session = Session.open(target, create=True)
     try:
         session.extend(messages)  # one batch: all of them, or (a bad message) none
@@ -498,7 +502,9 @@ def run_migrate(args: argparse.Namespace, io: Consoles) -> int:
         if version >= SCHEMA_VERSION:
             io.out.print(f"{plain(args.session)}: already in schema {SCHEMA_VERSION}; nothing to do")
             return 0
-        raise NotASessionError(f"{args.session}: could not be migrated")  # pragma: no cover - a read-only store
+        raise NotASessionError(
+            f"{args.session}: could not be migrated"
+        )  # pragma: no cover - a read-only store
     io.out.print(
         f"{plain(args.session)}: migrated from schema {version} to {SCHEMA_VERSION} ({n:,} messages in view); "
         f"the original is kept at {plain(backup)}"

@@ -107,13 +107,13 @@ from ._types import (
 )
 from ._view import SessionView, ViewState
 from .stores import open_store
-from .stores._url import parse_location
 from .stores._base import (
     CorruptRecordWarning,
     FsyncPolicy,
     SessionStore,
     SupportsLease,
 )
+from .stores._url import parse_location
 
 if TYPE_CHECKING:
     from ..engine import Engine, Prepared, ToolDefinitions

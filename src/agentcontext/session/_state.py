@@ -260,7 +260,12 @@ class SessionState:
             if known is not None and known != record.message:
                 raise _Skip(f"its message id {record.message.id!r} already names a different message")
         elif isinstance(record, UsageRecord):
-            counts = (record.prompt_tokens, record.completion_tokens, record.total_tokens, record.cached_tokens)
+            counts = (
+                record.prompt_tokens,
+                record.completion_tokens,
+                record.total_tokens,
+                record.cached_tokens,
+            )
             if any(c is not None and c < 0 for c in counts) or record.view_len < 0:
                 raise _Skip("a token count or view length is negative")
         elif isinstance(record, CheckpointRecord):

@@ -124,7 +124,9 @@ def _first_lines(path: Path, *, lines: int) -> tuple[int, list[bytes]]:
 
 def _is_record(data: Mapping[str, JSONValue]) -> bool:
     seq = data.get("seq")
-    return isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 and isinstance(data.get("type"), str)
+    return (
+        isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 and isinstance(data.get("type"), str)
+    )
 
 
 def _is_legacy(data: Mapping[str, JSONValue]) -> bool:
@@ -187,7 +189,11 @@ class JSONLStore:
         if not isinstance(path, str | os.PathLike):
             raise ConfigError(f"path must be a str or a path, got {type(path).__name__}")
         check_fsync(fsync, fsync_interval)
-        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float) or not lock_timeout >= 0:
+        if (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, int | float)
+            or not lock_timeout >= 0
+        ):
             raise ConfigError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
         self.path = Path(path).absolute()
         self.fsync: FsyncPolicy = fsync
@@ -743,7 +749,7 @@ class JSONLStore:
             "close that session first, or open this one with read_only=True to read it"
         )
 
-    def _inode_locked(self, fd: int) -> SessionLockedError:
+    def _inode_locked(self, _fd: int) -> SessionLockedError:
         return SessionLockedError(
             f"{str(self.path)!r} is open for writing by another process under another name (a hard link to "
             "the same file); close that session first, or open this one with read_only=True to read it"

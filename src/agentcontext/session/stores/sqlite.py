@@ -185,11 +185,7 @@ class SQLiteStore:
             except OSError as exc:
                 raise self._error("create the directory for", exc) from exc
         else:
-            self._check_magic()
-            if not self._read_only and _read_only_fs(self.path):
-                raise self._error("open for writing", OSError(errno.EROFS, os.strerror(errno.EROFS)))
-            if not os.access(self.path, os.R_OK | (0 if self._read_only else os.W_OK)):
-                raise self._error("open", PermissionError(errno.EACCES, "permission denied"))
+            self._check_existing()
         try:
             if self._read_only:
                 db = self._connect_read_only()
@@ -204,7 +200,9 @@ class SQLiteStore:
                     db.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.fsync]}")
                     db.executescript(_SCHEMA)
                     if st is None:
-                        os.chmod(self.path, 0o600)  # conversations are private: owner-only, whatever the umask
+                        os.chmod(
+                            self.path, 0o600
+                        )  # conversations are private: owner-only, whatever the umask
                 except BaseException:
                     db.close()
                     raise
@@ -216,6 +214,14 @@ class SQLiteStore:
             if not self._has_session():
                 self.close()
                 raise SessionNotFoundError(f"no session {self.session_id!r} in {str(self.path)!r}")
+
+    def _check_existing(self) -> None:
+        """An existing file: a SQLite database, that this store may open as asked."""
+        self._check_magic()
+        if not self._read_only and _read_only_fs(self.path):
+            raise self._error("open for writing", OSError(errno.EROFS, os.strerror(errno.EROFS)))
+        if not os.access(self.path, os.R_OK | (0 if self._read_only else os.W_OK)):
+            raise self._error("open", PermissionError(errno.EACCES, "permission denied"))
 
     def _check_magic(self) -> None:
         """Refuse a file that is not a SQLite database (an empty file included): it is left as it was."""
