@@ -2,8 +2,8 @@
 traceback, and every file the command was given left byte for byte as it was.
 
 Each case runs the command line in this process (`agentcontext.cli.main`), so the whole catalogue takes
-seconds. Cases a session store does not handle yet (it rewrites or adopts a file that is not a session) are
-marked ``xfail(strict=True)``: they flip to failures, to be unmarked, when the stores refuse such files.
+seconds. A session command given a file that is not a session (a conversation, garbage, an empty file)
+refuses it and leaves it byte for byte as it was: the stores never adopt or rewrite what is not theirs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from agentcontext.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tau-airline-task2.jsonl"
-STORE = "store ownership: issue 14, stores"
 
 CONVERSATION = [
     {"role": "system", "content": "be brief"},
@@ -402,28 +401,11 @@ FOREIGN_SESSIONS = [
     Hostile("deep-line", session_text(deep(100_000) + "\n"), 3, "not a session"),
 ]
 
-# What the session store does today with each, command by command (see the module docstring).
-_ADOPTED = {"conversation-jsonl"}  # read as a session of an older format
-_CREATED = {"empty"}
-
-
-def _store_xfail(case: str, verb: str) -> bool:
-    if case == "deep-line":
-        return True  # one deeply nested line makes the whole file unreadable (RecursionError)
-    if case in _ADOPTED:
-        return True  # migrated (compact/revert) or read as a session (inspect/checkpoints/export)
-    if case in _CREATED:
-        return True  # an empty file is taken as a new session
-    if verb in ("compact", "revert"):
-        return True  # a write opens the file for appending and repairs it first
-    return False
-
 
 def session_cases() -> Iterator[object]:
     for case in FOREIGN_SESSIONS:
         for verb in sorted(SESSION_VERBS):
-            marks = [pytest.mark.xfail(strict=True, reason=STORE)] if _store_xfail(case.name, verb) else []
-            yield pytest.param(verb, case, id=f"{verb}-{case.name}", marks=marks)
+            yield pytest.param(verb, case, id=f"{verb}-{case.name}")
 
 
 @pytest.mark.parametrize(("verb", "case"), list(session_cases()))

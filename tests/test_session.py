@@ -6,6 +6,7 @@ import asyncio
 import copy
 import json
 import shutil
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from agentcontext.exceptions import (
     ConcurrencyError,
     ConfigError,
     InvalidMessageError,
+    NotASessionError,
     RecallError,
     StoreError,
     UsageError,
@@ -791,10 +793,17 @@ def test_a_v0_kimi_log_restores_read_only_and_migrates_with_a_backup(tmp_path: P
     reader.close()
     assert path.read_bytes() == original.read_bytes()  # reading never rewrites
 
+    path.chmod(0o644)
+    with pytest.raises(NotASessionError, match="agentcontext migrate"):
+        Session.open(path)  # opening never migrates by itself
+    assert path.read_bytes() == original.read_bytes() and not (tmp_path / "context.jsonl.lock").exists()
+
     with pytest.warns(UnknownRecordWarning):
-        s = Session.open(path)
+        s = Session.open(path, migrate=True)
     assert s.migrated_backup is not None
     assert Path(s.migrated_backup).read_bytes() == original.read_bytes()  # the original is kept
+    assert stat.S_IMODE(Path(s.migrated_backup).stat().st_mode) == 0o644  # with its mode
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # and the migrated file keeps it too
     assert _ids(s.view) == ids
     s.revert_to(1)
     assert [m.role for m in s.view] == ["system", "user"]

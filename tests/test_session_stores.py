@@ -22,7 +22,13 @@ import pytest
 
 from agentcontext._serde import dumps
 from agentcontext.artifacts import FileArtifactStore, MemoryArtifactStore
-from agentcontext.exceptions import ConcurrencyError, ConfigError, SessionLockedError, StoreError
+from agentcontext.exceptions import (
+    ConcurrencyError,
+    ConfigError,
+    NotASessionError,
+    SessionLockedError,
+    StoreError,
+)
 from agentcontext.session import (
     CorruptRecordWarning,
     JSONLStore,
@@ -162,7 +168,9 @@ def test_a_damaged_record_is_skipped_with_a_warning_that_names_it(
 def test_many_damaged_records_give_a_bounded_number_of_warnings(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text("garbage\n" * 50 + json.dumps(_rec(0)) + "\n")
-    store = JSONLStore(path)
+    with pytest.raises(NotASessionError, match="first line"):
+        JSONLStore(path).open(create=False)  # written only when its first line is a record
+    store = JSONLStore(path, read_only=True)  # read: a record among its first lines
     store.open(create=False)
     with pytest.warns(CorruptRecordWarning) as caught:
         assert [r["seq"] for r in _load(store)] == [0]

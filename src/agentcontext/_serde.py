@@ -61,6 +61,11 @@ __all__ = [
 SCHEMA_VERSION: Final = 1
 """The schema this version writes (and the newest it reads fully)."""
 
+MAX_RECORD_DEPTH: Final = 256
+"""Arrays and objects nested deeper than this in one stored record make it a damaged record:
+a message the command line accepts nests at most 200 levels, and a crafted line must cost
+one skipped record, never the stack (a `RecursionError` that stops the whole restore)."""
+
 _T = TypeVar("_T")
 
 
@@ -129,9 +134,35 @@ def loads(text: str | bytes, *, where: str) -> dict[str, JSONValue]:
             raise ValueError(f"extra data after the record, at character {end}")
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise RecordDecodeError(where, f"not valid JSON ({exc})") from None
+    except RecursionError:  # deeper than the C scanner's stack: the line alone is bad
+        raise RecordDecodeError(where, _too_deep()) from None
     if not isinstance(value, dict):
         raise RecordDecodeError(where, f"expected a JSON object, got {type(value).__name__}")
+    # A record cannot nest deeper than it has openers: most lines skip the walk.
+    if text.count("[") + text.count("{") > MAX_RECORD_DEPTH and _depth_exceeds(value, MAX_RECORD_DEPTH):
+        raise RecordDecodeError(where, _too_deep())
     return value
+
+
+def _too_deep() -> str:
+    return f"nested too deeply (more than {MAX_RECORD_DEPTH} levels of arrays or objects)"
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    """True when ``value`` nests more than ``limit`` arrays or objects (iteratively: no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 # ----------------------------------------------------------------------------- messages

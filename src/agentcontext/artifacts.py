@@ -317,13 +317,19 @@ class FileArtifactStore:
         directory: where artifacts go; created (with its missing parents, 0700)
             on the first `put`. A relative path is resolved against the current
             directory when the store is made, so a later ``chdir`` does not move it.
+        follow_links: False refuses (with `StoreError`) to write through a
+            symbolic link at ``directory`` or at one of its sub-directories, and
+            replaces a link at an artifact's name instead of following it; a
+            session's own artifact store (beside its file) is made this way, so
+            a link planted there cannot send its writes elsewhere. Default True.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, follow_links: bool = True) -> None:
         if not isinstance(directory, str | os.PathLike):
             raise ConfigError(f"directory must be a str or a path, got {type(directory).__name__}")
         # absolute() reads the cwd but touches nothing on disk: the constructor stays I/O-free.
         self.directory = Path(directory).absolute()
+        self.follow_links = bool(follow_links)
 
     def path(self, ref: ArtifactRef | str) -> Path:
         """Where the artifact ``ref`` lives (or would live); raises `RecallError` if ``ref`` is malformed."""
@@ -345,8 +351,8 @@ class FileArtifactStore:
         ref = ArtifactRef(digest=hashlib.sha256(raw).hexdigest())
         target = self.path(ref)
         try:
-            existing = os.stat(target)
-        except FileNotFoundError:
+            existing = os.stat(target) if self.follow_links else os.lstat(target)
+        except (FileNotFoundError, NotADirectoryError):
             pass
         except OSError as exc:
             raise StoreError(f"cannot check artifact file {str(target)!r}: {exc}") from exc
@@ -354,7 +360,11 @@ class FileArtifactStore:
             # Same name means same hash; a size mismatch means a damaged file, which we replace.
             if stat.S_ISREG(existing.st_mode) and existing.st_size == len(raw):
                 return ref
+        if not self.follow_links:
+            self._refuse_links(target.parent)
         self._make_dirs(target.parent)
+        if not self.follow_links:
+            self._refuse_links(target.parent)  # again: one may have been planted meanwhile
         self._write_atomically(target, raw)
         return ref
 
@@ -387,9 +397,18 @@ class FileArtifactStore:
         return parsed is not None and os.path.isfile(self.path(parsed))
 
     def __repr__(self) -> str:
-        return f"FileArtifactStore({str(self.directory)!r})"
+        links = "" if self.follow_links else ", follow_links=False"
+        return f"FileArtifactStore({str(self.directory)!r}{links})"
 
     # ------------------------------------------------------------------------- internals
+
+    def _refuse_links(self, subdirectory: Path) -> None:
+        for directory in (self.directory, subdirectory):
+            if os.path.islink(directory):
+                raise StoreError(
+                    f"artifact directory {str(directory)!r} is a symbolic link; a session's artifacts are "
+                    "never written through links: remove it"
+                )
 
     def _make_dirs(self, path: Path) -> None:
         """Create ``path`` and its missing parents, each 0700 whatever the umask."""

@@ -18,6 +18,7 @@ usage error also subclasses the builtin a Python programmer would expect
     │   └── SummarizerTimeout               no summary within its deadline
     ├── StoreError                          a session store cannot be read or written
     │   ├── SessionNotFoundError            no session where one was expected
+    │   ├── NotASessionError                a file that is not a session (a conversation...): never written
     │   ├── StorePathError                  the path cannot hold a session (a directory...)
     │   ├── StorePermissionError            the operating system refused access
     │   ├── SessionLockedError              another writer holds the session
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidConversationError",
     "InvalidMessageError",
     "MissingDependencyError",
+    "NotASessionError",
     "RecallError",
     "SessionLockedError",
     "SessionNotFoundError",
@@ -173,6 +175,14 @@ class StoreError(AgentContextError):
 
 class SessionNotFoundError(StoreError):
     """There is no session where one was expected (a missing file, or no such session id)."""
+
+
+class NotASessionError(StoreError):
+    """The location holds something that is not a session of this store (a conversation, an empty
+    or foreign file, an older-format log not yet migrated); it was left exactly as it was.
+
+    The message says how to make a session of it (``agentcontext import``, ``agentcontext migrate``).
+    """
 
 
 class StorePathError(StoreError):

@@ -11,7 +11,7 @@ restyle, clear or take over the terminal.
 Exit codes: 0 success; 1 unexpected failure; 2 bad command-line usage; 3 bad
 input (unreadable file, not JSON, nested too deeply, not a conversation,
 unknown model, invalid conversation in ``--strict`` mode, a missing or locked
-session file, a bad database URL); 4 the conversation cannot fit; 5 a
+session file, a file that is not a session, a bad database URL); 4 the conversation cannot fit; 5 a
 summarizer named with ``--summarizer`` failed and ``--allow-fallback`` was not
 given (nothing is written).
 """
@@ -31,6 +31,7 @@ from .. import __version__
 from ..exceptions import (
     AgentContextError,
     ContextOverflowError,
+    NotASessionError,
     SessionLockedError,
     SessionNotFoundError,
     StoreError,
@@ -138,7 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         # A missing, misplaced or unreadable session file is bad input; other store failures are not.
         _fail(err, args, str(exc))
-        bad_input = (SessionNotFoundError, StorePathError, StorePermissionError, SessionLockedError)
+        bad_input = (
+            SessionNotFoundError,
+            NotASessionError,
+            StorePathError,
+            StorePermissionError,
+            SessionLockedError,
+        )
         return EXIT_INVALID if isinstance(exc, bad_input) else EXIT_FAILURE
     except AgentContextError as exc:
         _fail(err, args, str(exc))

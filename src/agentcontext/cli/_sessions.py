@@ -1,9 +1,11 @@
-"""Session tools: ``inspect``, ``compact``, ``checkpoints``, ``revert``, ``export``."""
+"""Session tools: ``inspect``, ``compact``, ``checkpoints``, ``revert``, ``export``, ``import``, ``migrate``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -16,11 +18,14 @@ from rich.table import Table
 
 from .._report import Status
 from ..engine import ContextEngine
+from ..exceptions import NotASessionError, SessionNotFoundError, StorePathError
 from ..formats import anthropic as anthropic_format
 from ..formats import openai as oai
 from ..invariants import check_messages
 from ..messages import JSONValue, Message, tool_call_index, tool_name_for
-from ..session import Checkpoint, CompactionRecord, Session, SessionWarning
+from ..session import SCHEMA_VERSION, Checkpoint, CompactionRecord, Session, SessionWarning
+from ..session.stores._url import parse_location
+from ..session.stores.jsonl import legacy_error
 from . import EXIT_FALLBACK, Consoles
 from ._common import (
     add_model_options,
@@ -31,7 +36,7 @@ from ._common import (
     named_summarizer,
 )
 from ._errors import SummarizerFailed
-from ._io import InputError, write_file
+from ._io import FORMATS, InputError, read_request, write_file
 from ._progress import Activity
 from ._reporting import SUMMARIZER_FAILURES, bounded_report, describe_fallback, fallbacks, summary_line
 from ._text import plain, preview
@@ -124,17 +129,59 @@ Examples:
     p.add_argument("--output", "-o", help="write here instead of stdout")
     p.set_defaults(handler=run_export)
 
+    p = sub.add_parser(
+        "import",
+        help="make a new session of a conversation file",
+        formatter_class=formatter,
+        description="""Read a conversation (OpenAI, Anthropic or Responses API: a JSON array, JSON Lines or a
+request body, as `fit` reads it) and write it as a new session, one message record each. The
+conversation file is only read. The session must not exist yet.
+
+Examples:
+  agentcontext import conversation.jsonl runs/task-42.jsonl
+  agentcontext import request.json sqlite:///runs.db?session=task-42""",
+    )
+    p.add_argument("conversation", help="the conversation file (- for stdin)")
+    p.add_argument("session", help="the new session: a .jsonl path or a database URL")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
+    p.set_defaults(handler=run_import)
+
+    p = sub.add_parser(
+        "migrate",
+        help="rewrite an older-format session log in the current schema",
+        formatter_class=formatter,
+        description="""Rewrite a session log written in an older schema (a Kimi CLI context file: JSON Lines
+of messages without an agentcontext header) in the current one. The original is kept beside it,
+bytes and mode, as <stem>.bak-<n>.jsonl; nothing else ever migrates a file.
+
+Example:
+  agentcontext migrate ~/.kimi/sessions/context.jsonl""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    p.set_defaults(handler=run_migrate)
+
 
 @contextmanager
 def _open(
-    path: str, *, read_only: bool, engine: ContextEngine | None = None, err: Console | None = None
+    path: str,
+    *,
+    read_only: bool,
+    engine: ContextEngine | None = None,
+    err: Console | None = None,
+    migrate: bool = False,
 ) -> Iterator[Session]:
-    """Open an existing session; its warnings (skipped lines...) become one-line messages on stderr."""
+    """Open an existing session; its warnings (skipped lines...) become one-line messages on stderr.
+
+    A file without an agentcontext header (a conversation, a Kimi CLI context file) is refused
+    even for reading, unless ``migrate``: the commands work on sessions only.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SessionWarning)
-        session = Session.open(path, create=False, read_only=read_only, engine=engine)
+        session = Session.open(path, create=False, read_only=read_only, engine=engine, migrate=migrate)
     skipped = [w for w in caught if issubclass(w.category, SessionWarning)]
     try:
+        if session.schema_version < SCHEMA_VERSION and not migrate:
+            raise legacy_error(path)
         if skipped and not len(session.view) and not session.checkpoints and not session.compactions:
             raise InputError(
                 f"{path}: not a session file: none of its lines could be read ({len(skipped)} skipped); "
@@ -386,4 +433,80 @@ def run_export(args: argparse.Namespace, io: Consoles) -> int:
         io.err.print(f"{len(view):,} messages written to {plain(args.output)}")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def run_import(args: argparse.Namespace, io: Consoles) -> int:
+    """Write a conversation file as a new session."""
+    with Activity(io) as activity:
+        request = read_request(
+            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+        )
+    messages = list(request.messages)
+    notes = list(request.notes)
+    if request.instructions is not None:
+        # A body's system prompt (Anthropic system, Responses instructions) is part of what the model saw.
+        messages.insert(0, Message(role="system", content=request.instructions))
+        notes.append("the body's system prompt is the session's first message (a system message)")
+    if request.tools:
+        notes.append(
+            f"the body's {len(request.tools)} tool definition(s) are not part of a session: pass them to "
+            "prepare(tools=...)"
+        )
+    if not messages:
+        raise InputError(f"{args.conversation}: holds no messages; nothing to import")
+    target = args.session
+    loc = parse_location(target)
+    if loc.kind == "jsonl" and os.path.lexists(loc.target):
+        raise StorePathError(
+            f"{target!r} already exists; import writes a new session: pass a new path (to add to a session, "
+            "use the library: Session.open(...).extend(...))"
+        )
+    if loc.kind != "jsonl":
+        try:
+            Session.open(target, create=False, read_only=True).close()
+        except SessionNotFoundError:
+            pass
+        else:
+            raise StorePathError(
+                f"{target!r} already holds a session; import writes a new one: pass a new id"
+            )
+    session = Session.open(target, create=True)
+    try:
+        session.extend(messages)  # one batch: all of them, or (a bad message) none
+    except BaseException:
+        session.close()
+        if loc.kind == "jsonl":  # the file this command just created holds only a header: take it back
+            for leftover in (loc.target, loc.target + ".lock"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
+        raise
+    sid = session.id
+    session.close()
+    io.out.print(
+        f"{plain(target)}: new session {sid} with {len(messages):,} messages from {plain(args.conversation)} "
+        f"({request.describe()})"
+    )
+    for text in notes:
+        io.err.print(f"note: {plain(text)}")
+    return 0
+
+
+def run_migrate(args: argparse.Namespace, io: Consoles) -> int:
+    """Rewrite an older-format session log in the current schema."""
+    with _open(args.session, read_only=False, err=io.err, migrate=True) as session:
+        backup = session.migrated_backup
+        version = session.schema_version
+        n = len(session.view)
+    if backup is None:
+        if version >= SCHEMA_VERSION:
+            io.out.print(f"{plain(args.session)}: already in schema {SCHEMA_VERSION}; nothing to do")
+            return 0
+        raise NotASessionError(
+            f"{args.session}: could not be migrated"
+        )  # pragma: no cover - a read-only store
+    io.out.print(
+        f"{plain(args.session)}: migrated from schema {version} to {SCHEMA_VERSION} ({n:,} messages in view); "
+        f"the original is kept at {plain(backup)}"
+    )
     return 0

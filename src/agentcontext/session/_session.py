@@ -45,9 +45,12 @@ Compared with Kimi CLI's ``Context``, whose design this takes up:
   (recallable by id) and a later checkpoint stays valid, so a revert can
   itself be undone by reverting "forward". It costs O(1), not a file copy, and
   works the same on every store.
-- **A damaged line never stops a restore** (see `JSONLStore`), and a log
-  written by an older schema (Kimi's own format is version 0) is upcast and
-  migrated, its original kept as a backup.
+- **A damaged line never stops a restore** (see `JSONLStore`): a record that
+  is torn, nested too deeply, out of sequence or naming what the log does not
+  hold is skipped with a warning naming it, and the records after it load. A
+  log written by an older schema (Kimi's own format is version 0) is read as
+  it is, and migrated only when asked (``migrate=True``), its original kept as
+  a backup. A file that is not a session is never written.
 
 A session is safe to share between threads (one lock guards every change); it
 is not a way for two processes to share a JSONL file (the store's lock refuses
@@ -110,6 +113,7 @@ from .stores._base import (
     SessionStore,
     SupportsLease,
 )
+from .stores._url import parse_location
 
 if TYPE_CHECKING:
     from ..engine import Engine, Prepared, ToolDefinitions
@@ -193,8 +197,25 @@ class Session:
         artifacts: ArtifactStore | None = None,
         recall_max_chars: int = DEFAULT_RECALL_MAX_CHARS,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        lock_timeout: float | None = None,
+        migrate: bool = False,
     ) -> Session:
         """Open (or create) the session at ``location``, restoring what it holds.
+
+        What is there decides what happens, and nothing that is not a session is
+        ever written:
+
+        - nothing: a new session is created (its header written) when ``create``
+          is True (the default), else `SessionNotFoundError`;
+        - a session: it is restored, and appended to unless ``read_only``;
+        - anything else (a conversation file, an empty or foreign file, garbage):
+          `NotASessionError`, whatever ``create`` says, and the file is left byte
+          for byte as it was. Make a session of a conversation with
+          ``agentcontext import CONVERSATION SESSION``;
+        - a log of an older schema (a Kimi CLI context file): read with
+          ``read_only=True``; rewritten in the current schema only with
+          ``migrate=True`` (the original is kept beside it as a backup, its mode
+          too; see `migrated_backup`), else `NotASessionError`.
 
         Args:
             location: a JSON Lines file (``"runs/task-42.jsonl"``, the default store), or a database
@@ -215,9 +236,14 @@ class Session:
             lease_ttl: on a store several workers share, how long one `prepare` may hold the
                 session's lease (so that no two workers summarize the same span); a killed holder
                 blocks the others at most this long. Default 90 seconds.
+            lock_timeout: for a JSON Lines file, seconds to wait while another process has the
+                session open for writing (default: refuse at once). Processes that take turns on
+                one session (open, append or prepare, close) pass a few seconds.
+            migrate: rewrite a log of an older schema in the current one (see above).
 
         Raises:
             ConfigError: a location no store understands, or an option its store does not take.
+            NotASessionError: the location holds something that is not a session (see above).
             SessionNotFoundError: no session and ``create`` is False (or ``read_only``).
             StorePathError: the path is a directory or not a regular file.
             StorePermissionError: the file or its directory cannot be accessed.
@@ -229,6 +255,10 @@ class Session:
             options["fsync"] = fsync
         if fsync_interval is not None:
             options["fsync_interval"] = fsync_interval
+        if lock_timeout is not None:
+            options["lock_timeout"] = lock_timeout
+        if migrate and parse_location(location).kind == "jsonl":
+            options["migrate"] = True  # the JSONL store accepts a headerless (version 0) file for this open
         return cls.from_store(
             open_store(location, **options),
             engine=engine,
@@ -237,6 +267,7 @@ class Session:
             artifacts=artifacts,
             recall_max_chars=recall_max_chars,
             lease_ttl=lease_ttl,
+            migrate=migrate,
         )
 
     @classmethod
@@ -250,6 +281,7 @@ class Session:
         artifacts: ArtifactStore | None = None,
         recall_max_chars: int = DEFAULT_RECALL_MAX_CHARS,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        migrate: bool = False,
     ) -> Session:
         """Open the session held by ``store`` (`SQLiteStore`, `MemoryStore`...), restoring it.
 
@@ -267,7 +299,7 @@ class Session:
         )
         store.open(create=create)
         try:
-            session._log.restore()
+            session._log.restore(migrate=migrate)
         except BaseException:
             store.close()
             raise

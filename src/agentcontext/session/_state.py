@@ -17,7 +17,7 @@ from typing import cast
 
 from .. import _serde
 from .._serde import SCHEMA_VERSION, RecordDecodeError, UnknownRecord
-from ..exceptions import ConcurrencyError, StoreError
+from ..exceptions import ConcurrencyError, NotASessionError, StoreError
 from ..messages import JSONValue, Message, new_id
 from ._records import (
     CheckpointRecord,
@@ -87,7 +87,14 @@ class SessionState:
         self.token_memo: tuple[int, int] | None = None
         self.replaying = False
 
-    def restore(self) -> None:
+    def restore(self, *, migrate: bool = False) -> None:
+        """Replay the store's log into this state; a writable, empty store gets its header.
+
+        A log of an older schema is read (upcast) when the store is read-only, and
+        rewritten in the current schema (`SessionStore.replace`, which keeps the
+        original) only when ``migrate``; otherwise a writable open refuses it with
+        `NotASessionError`, and nothing is written.
+        """
         self.replaying = True
         corrupt = WarningLimiter(CorruptRecordWarning)
         unknown = WarningLimiter(UnknownRecordWarning)
@@ -129,29 +136,56 @@ class SessionState:
                     stacklevel=3,
                 )
             elif version < SCHEMA_VERSION:
+                if not self.store.read_only and not migrate:
+                    raise NotASessionError(
+                        f"{self.store.location} holds a log of schema {version}, older than {SCHEMA_VERSION}; "
+                        "it was left untouched. Open it with migrate=True (or run `agentcontext migrate`) to "
+                        "rewrite it in the current schema, its original kept as a backup, or read_only=True"
+                    )
                 pairs = _serde.upcast(pairs, from_version=version)
-            migrate: list[dict[str, JSONValue]] | None = (
+            rewrite: list[dict[str, JSONValue]] | None = (
                 [] if version is not None and version < SCHEMA_VERSION and not self.store.read_only else None
             )
             self.schema_version = version if version is not None else SCHEMA_VERSION
-            for where, data in pairs:
-                record = self._replay_one(where, data, corrupt, unknown)
-                if migrate is not None:
+            for where, data, next_seq in _with_next_seq(pairs):
+                record = self._replay_one(where, data, corrupt, unknown, next_seq=next_seq)
+                if rewrite is not None:
                     # Re-encoded by the one codec; what it cannot read is carried over verbatim.
-                    migrate.append(_serde.encode_record(record) if record is not None else data)
+                    rewrite.append(_serde.encode_record(record) if record is not None else data)
             self.schema_version = version if version is not None else SCHEMA_VERSION  # as read, not as upcast
-            if migrate is not None:
-                self.migrated_to = self.store.replace(migrate)
+            if rewrite is not None:
+                self.migrated_to = self.store.replace(rewrite)
         finally:
             self.replaying = False
             corrupt.finish(self.store.location)
             unknown.finish(self.store.location)
 
     def _replay_one(
-        self, where: str, data: dict[str, JSONValue], corrupt: WarningLimiter, unknown: WarningLimiter
+        self,
+        where: str,
+        data: dict[str, JSONValue],
+        corrupt: WarningLimiter,
+        unknown: WarningLimiter,
+        *,
+        next_seq: int | None = None,
     ) -> Record | None:
-        """Decode and apply one stored record; returns it when it is of a known type and decoded."""
+        """Decode, check and apply one stored record; returns it when it is of a known type and decoded.
+
+        A bad record (undecodable, out of sequence, or naming what the log does not
+        hold) is skipped with a warning naming it; the records after it still apply.
+        ``next_seq`` (the seq of the record after this one, when known) tells a seq
+        that jumps ahead by mistake (the next record goes back below it) from records
+        lost to damage (the log goes on after the gap).
+        """
         location = self.store.location
+        seq = data.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > self.seq + 1:
+            if next_seq is not None and self.seq < next_seq < seq:
+                corrupt.warn(
+                    f"{location}: {where} jumps from seq {self.seq} to seq {seq} while the next record has "
+                    f"seq {next_seq}; the record is skipped"
+                )
+                return None
         try:
             record = _serde.decode_record(data, where=where)
         except RecordDecodeError as exc:
@@ -169,14 +203,19 @@ class SessionState:
         record = cast(Record, record)  # decode_record builds only registered types
         if record.seq <= self.seq:
             corrupt.warn(
-                f"{location}: {where} repeats or goes back to seq {record.seq}; the record is skipped"
+                f"{location}: {where} (seq {record.seq}) repeats or goes back to seq {record.seq} after seq "
+                f"{self.seq}; the record is skipped"
             )
             return None
         try:
             self._apply(record)
         except _Skip as exc:
-            corrupt.warn(f"{location}: {where} ({type(record).__name__}) cannot be applied: {exc}; skipped")
+            corrupt.warn(
+                f"{location}: {where} (seq {record.seq}, {type(record).__name__}) cannot be applied: {exc}; "
+                "the record is skipped"
+            )
             self.seq = record.seq
+            return None
         return record
 
     # ------------------------------------------------------------------ the one place state changes
@@ -189,6 +228,8 @@ class SessionState:
             self._apply(r)
 
     def _apply(self, record: Record) -> None:
+        if self.replaying:
+            self._check(record)
         if isinstance(record, MessageRecord):
             m = record.message
             self.archive[m.id] = m
@@ -208,6 +249,31 @@ class SessionState:
             self.id = record.session_id
             self.schema_version = record.schema_version
         self.seq = record.seq
+
+    def _check(self, record: Record) -> None:
+        """What a record read from a store must satisfy before it applies (live records are built valid)."""
+        if isinstance(record, HeaderRecord):
+            if self.seq >= 0 or record.seq != 0:
+                raise _Skip("a header is only the first record (seq 0)")
+        elif isinstance(record, MessageRecord):
+            known = self.archive.get(record.message.id)
+            if known is not None and known != record.message:
+                raise _Skip(f"its message id {record.message.id!r} already names a different message")
+        elif isinstance(record, UsageRecord):
+            counts = (
+                record.prompt_tokens,
+                record.completion_tokens,
+                record.total_tokens,
+                record.cached_tokens,
+            )
+            if any(c is not None and c < 0 for c in counts) or record.view_len < 0:
+                raise _Skip("a token count or view length is negative")
+        elif isinstance(record, CheckpointRecord):
+            if record.id < 0 or record.view_len < 0:
+                raise _Skip(f"checkpoint id {record.id} / view length {record.view_len} is negative")
+        elif isinstance(record, DMailRecord):
+            if record.status == "sent" and record.checkpoint not in self.checkpoints:
+                raise _Skip(f"it is sent to checkpoint {record.checkpoint}, which the log does not hold")
 
     def _apply_checkpoint(self, record: CheckpointRecord) -> None:
         if record.id in self.checkpoints:
@@ -259,7 +325,7 @@ class SessionState:
 
     def _apply_compaction(self, record: CompactionRecord) -> None:
         view = self.view
-        if record.keep > view.length:
+        if not 0 <= record.keep <= view.length:
             raise _Skip(f"it keeps {record.keep} messages of a view of {view.length}")
         by_id = {m.id: m for m in record.replacements}
         tail: list[Message] = []
@@ -318,8 +384,9 @@ class SessionState:
             unknown = WarningLimiter(UnknownRecordWarning)
             self.replaying = True
             try:
-                for stored in self.store.load(after=self.seq):
-                    record = self._replay_one(stored.where, stored.data, corrupt, unknown)
+                stream = ((r.where, r.data) for r in self.store.load(after=self.seq))
+                for where, data, next_seq in _with_next_seq(stream):
+                    record = self._replay_one(where, data, corrupt, unknown, next_seq=next_seq)
                     if record is not None:
                         applied.append(record)
             finally:
@@ -354,6 +421,19 @@ def read_log(store: SessionStore) -> tuple[int | None, Iterable[tuple[str, dict[
     if version is not None and version < SCHEMA_VERSION:
         pairs = _serde.upcast(pairs, from_version=version)
     return version, pairs
+
+
+def _with_next_seq(
+    pairs: Iterable[tuple[str, dict[str, JSONValue]]],
+) -> Iterator[tuple[str, dict[str, JSONValue], int | None]]:
+    """Each record with the seq of the one after it (None at the end, or when it has no int seq)."""
+    it = iter(pairs)
+    current = next(it, None)
+    while current is not None:
+        following = next(it, None)
+        seq = following[1].get("seq") if following is not None else None
+        yield current[0], current[1], seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        current = following
 
 
 def _pairs(first: StoredRecord, rest: Iterator[StoredRecord]) -> Iterator[tuple[str, dict[str, JSONValue]]]:

@@ -12,11 +12,24 @@ CLI's context file, whose design this takes up:
   `CorruptRecordWarning` naming its line number, and the rest loads. A torn
   *last* line (an append cut short by a crash) is moved aside, to
   ``<file>.torn``, before the next append, so new records never fuse with it.
-- **One writer at a time.** An exclusive, non-blocking ``flock`` on
-  ``<file>.lock`` (held while the store is open for writing) makes a second
-  writer fail at once with `SessionLockedError` naming the holder's pid; the
-  kernel releases it when the holder dies, so a crash never leaves a stale lock.
-  Readers (``read_only=True``) take no lock.
+- **Only its own files.** A store writes only to a file it created or whose
+  first line is one of its records; anything else (a conversation, an empty
+  file, garbage, a Kimi CLI context file not yet migrated) is refused with
+  `NotASessionError` before anything is created or written, and is left byte
+  for byte as it was, mode included. A headerless Kimi CLI file is rewritten
+  only when asked (``migrate=True``): the original stays as a backup.
+- **One writer at a time.** An exclusive ``flock`` on ``<file>.lock`` beside
+  the *resolved* file (a symlink, a relative path or ``..`` name the same
+  lock) and one on the file itself (a hard link shares its inode), held while
+  the store is open for writing, make a second writer fail with
+  `SessionLockedError` naming the holder's pid, at once or after
+  ``lock_timeout`` seconds of waiting. The kernel releases them when the holder
+  dies, so a crash never leaves a stale lock. Readers (``read_only=True``)
+  take no lock.
+- **Side files are never written through links.** The lock, ``.torn``,
+  backup and temporary files sit in the session file's own directory and are
+  opened with ``O_NOFOLLOW`` (``O_EXCL`` where created), so a symbolic link
+  planted at one of those names is refused, never written through.
 - **Clear errors**: a missing file, a directory in its place or a permission
   problem raise `SessionNotFoundError`, `StorePathError` and
   `StorePermissionError`, each naming the path.
@@ -33,16 +46,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
+import random
 import stat
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..._serde import RecordDecodeError, dumps, loads
 from ...artifacts import ArtifactStore, FileArtifactStore
-from ...exceptions import ConfigError, SessionLockedError, StoreError
+from ...exceptions import ConfigError, NotASessionError, SessionLockedError, StoreError
 from ...messages import JSONValue
 from ._base import (
     CorruptRecordWarning,
@@ -60,6 +73,11 @@ from ._base import (
 __all__ = ["JSONLStore"]
 
 _FILE_MODE = 0o600
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_SNIFF_LINES = 64
+"""How many lines a read-only open looks through for a record when the first line is damaged."""
+_SNIFF_BYTES = 1 << 20
+"""How much of a file is read to tell whose it is (a header line is ~150 bytes)."""
 
 
 def _os_error(path: Path, action: str, exc: OSError) -> StoreError:
@@ -76,7 +94,62 @@ def _os_error(path: Path, action: str, exc: OSError) -> StoreError:
         )
     if isinstance(exc, NotADirectoryError):
         return StorePathError(f"cannot {action} {str(path)!r}: a parent of it is a file, not a directory")
+    if exc.errno == errno.EROFS:
+        return StorePathError(
+            f"cannot {action} {str(path)!r}: it is on a read-only file system; open the session "
+            "read_only=True to read it"
+        )
+    if exc.errno == errno.ELOOP:
+        return StorePathError(
+            f"cannot {action} {str(path)!r}: it is a symbolic link (or a loop of them), and a session's "
+            "lock, backup and .torn files are never written through links; remove the link"
+        )
     return StoreError(f"cannot {action} {str(path)!r}: {exc}")
+
+
+def _first_lines(path: Path, *, lines: int) -> tuple[int, list[bytes]]:
+    """The file's size and its first ``lines`` lines (at most `_SNIFF_BYTES` in all)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        out: list[bytes] = []
+        budget = _SNIFF_BYTES
+        while len(out) < lines and budget > 0:
+            line = handle.readline(budget)
+            if not line:
+                break
+            budget -= len(line)
+            out.append(line)
+    return size, out
+
+
+def _is_record(data: Mapping[str, JSONValue]) -> bool:
+    seq = data.get("seq")
+    return (
+        isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 and isinstance(data.get("type"), str)
+    )
+
+
+def _is_legacy(data: Mapping[str, JSONValue]) -> bool:
+    # A version-0 (Kimi CLI context) line; an OpenAI conversation line looks the same.
+    return "role" in data and "type" not in data
+
+
+def _not_a_session(path: Path, why: str) -> NotASessionError:
+    return NotASessionError(
+        f"{str(path)!r} is not a session file ({why}); it was left untouched. To make a session of a "
+        f"conversation, run `agentcontext import {str(path)!r} NEW.jsonl`; to start a new session, pass a new path"
+    )
+
+
+def legacy_error(path: str | Path) -> NotASessionError:
+    """The refusal for a file without an agentcontext header whose lines look like messages."""
+    return NotASessionError(
+        f"{str(path)!r} is not a session file: it has no agentcontext header (it looks like a conversation "
+        "in JSON Lines, or a Kimi CLI context file); it was left untouched. Make a session of a conversation "
+        f"with `agentcontext import {str(path)!r} NEW.jsonl`; convert a Kimi CLI context file in place, "
+        f"its original kept as a backup, with `agentcontext migrate {str(path)!r}` (Python: "
+        "Session.open(path, migrate=True))"
+    )
 
 
 class JSONLStore:
@@ -84,12 +157,21 @@ class JSONLStore:
 
     Args:
         path: the session file (``runs/task-42.jsonl``). Missing parent
-            directories are created when the session is created.
+            directories are created when the session is created. A symbolic
+            link is followed once, at `open`: the lock, backups and artifacts
+            sit beside the file it points to.
         fsync: when appends are forced to disk (`FsyncPolicy`); default
             ``"always"``, the safe choice: an agent step takes seconds, a flush
             about a millisecond.
         fsync_interval: seconds between flushes for ``fsync="interval"``; default 1.0.
         read_only: open for reading only: no lock, no writes, no repairs.
+        lock_timeout: seconds `open` waits for another writer to release the
+            session; default 0 (refuse at once). Cooperating processes that
+            take turns on one session (open, append, close) pass a few seconds.
+        migrate: accept a log of an older schema (a headerless Kimi CLI context
+            file) for writing, so that the session rewrites it in the current
+            schema (`Session.open` with ``migrate=True``); without it such a file
+            is refused, untouched.
 
     The constructor does no I/O; `open` does.
     """
@@ -101,16 +183,28 @@ class JSONLStore:
         fsync: FsyncPolicy = "always",
         fsync_interval: float = 1.0,
         read_only: bool = False,
+        lock_timeout: float = 0.0,
+        migrate: bool = False,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise ConfigError(f"path must be a str or a path, got {type(path).__name__}")
         check_fsync(fsync, fsync_interval)
+        if (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, int | float)
+            or not lock_timeout >= 0
+        ):
+            raise ConfigError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
         self.path = Path(path).absolute()
         self.fsync: FsyncPolicy = fsync
         self.fsync_interval = float(fsync_interval)
+        self.lock_timeout = float(lock_timeout)
+        self.migrate = bool(migrate)
         self._read_only = read_only
+        self._real = self.path  # the file itself, symbolic links resolved at open()
         self._fd: int | None = None
         self._lock_fd: int | None = None
+        self._legacy = False
         self._last_seq = -1
         self._size = 0
         self._torn_at: int | None = None
@@ -138,15 +232,22 @@ class JSONLStore:
 
     @property
     def lock_path(self) -> Path:
-        """The lock file next to the session file (``<file>.lock``)."""
-        return self.path.with_name(self.path.name + ".lock")
+        """The lock file beside the session file (``<file>.lock``; beside the link's target for a link)."""
+        return self._side(".lock")
 
     def open(self, *, create: bool = True) -> None:
-        """Check the path, take the writer's lock, create the file if allowed (see `SessionStore.open`)."""
+        """Check the path and whose file it is, take the writer's locks, create the file if allowed.
+
+        See `SessionStore.open`. An existing file must be this store's (its first
+        line a record; for reading, a record among its first lines, or a
+        headerless older-schema log); anything else raises `NotASessionError`
+        before any lock file is made.
+        """
         if self._opened:
             return
+        self._real = self._resolve()
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._real)
         except FileNotFoundError:
             if self._read_only or not create:
                 raise SessionNotFoundError(
@@ -160,19 +261,32 @@ class JSONLStore:
             if stat.S_ISDIR(st.st_mode):
                 raise _os_error(self.path, "open", IsADirectoryError(errno.EISDIR, "is a directory"))
             raise StorePathError(f"{str(self.path)!r} is not a regular file; a session needs a plain file")
+        if st is not None:
+            self._check_owned()  # before any lock file: a refused file leaves no trace beside it
         if self._read_only:
             self._opened = True
             return
         if st is None:
             self._make_parents()
-        self._lock()
+        deadline = time.monotonic() + self.lock_timeout
+        self._lock(deadline)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _FILE_MODE)
-        except OSError as exc:
+            try:
+                fd = os.open(self._real, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, _FILE_MODE)
+            except OSError as exc:
+                raise _os_error(self.path, "open for writing", exc) from exc
+            try:
+                # The file's own inode too: another name for it (a hard link) has its own lock file.
+                self._wait_for(fd, deadline, self._inode_locked)
+                self._check_owned()  # again, under the lock: the file may have changed meanwhile
+                self._size = os.fstat(fd).st_size
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
             self._unlock()
-            raise _os_error(self.path, "open for writing", exc) from exc
+            raise
         self._fd = fd
-        self._size = os.fstat(fd).st_size
         if st is None:
             self._sync_dir()
         self._opened = True
@@ -197,7 +311,7 @@ class JSONLStore:
         self._needs_newline = False
         self._read_offset = None
         try:
-            handle = open(self.path, "rb")  # closed in the finally below
+            handle = open(self._real, "rb")  # closed in the finally below
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -251,7 +365,7 @@ class JSONLStore:
     def _load_from(self, start: int) -> Iterator[StoredRecord]:
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
-            handle = open(self.path, "rb")  # closed in the finally below
+            handle = open(self._real, "rb")  # closed in the finally below
         except OSError as exc:
             raise _os_error(self.path, "read", exc) from exc
         offset = start
@@ -286,57 +400,103 @@ class JSONLStore:
         self._read_offset, self._read_lines, self._read_seq = offset, lines, self._last_seq
 
     def append(self, records: Sequence[Mapping[str, JSONValue]], *, expected_seq: int) -> None:
-        """Write ``records`` as lines in one ``write`` call, then fsync per the policy."""
+        """Write ``records`` as lines in one ``write`` call, then fsync per the policy.
+
+        On any failure (the write, or the fsync after it) the file is cut back
+        to where it ended, so a failed append leaves no trace that a restore
+        would read.
+        """
         fd = self._writable_fd()
+        if self._legacy:
+            raise StoreError(
+                f"{str(self.path)!r} holds a log of an older schema: it is migrated (replace()) before "
+                "anything is appended"
+            )
         check_expected_seq(self.location, expected_seq, self._last_seq, records)
         if not records:
             return
         data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
         self._repair_tail(fd)
-        read_to_end = self._read_offset == self._size
+        size = self._size
+        read_to_end = self._read_offset == size
         self._write(fd, data)
-        self._last_seq = expected_seq + len(records) - 1
-        if read_to_end:  # the next catch-up load starts after what this store wrote itself
-            self._remember_read(self._size, self._read_lines + len(records))
         self._dirty = True
         if self.fsync == "always" or (
             self.fsync == "interval" and time.monotonic() - self._last_sync >= self.fsync_interval
         ):
-            self._fsync(fd)
+            try:
+                self._fsync(fd)
+            except StoreError:
+                # Not known to be on disk: take it back, so that an append the caller saw fail is
+                # not found by the next restore either.
+                with contextlib.suppress(StoreError):
+                    self._cut(size)
+                raise
+        self._last_seq = expected_seq + len(records) - 1
+        if read_to_end:  # the next catch-up load starts after what this store wrote itself
+            self._remember_read(self._size, self._read_lines + len(records))
 
     def replace(self, records: Sequence[Mapping[str, JSONValue]]) -> str:
         """Rewrite the file with ``records``; the old file stays as ``<stem>.bak-<n><suffix>``.
 
         The path holds either the old or the new content at every moment: the
-        new file is written and fsynced under a temporary name, the old one is
-        hard-linked to a backup name reserved with ``O_CREAT | O_EXCL``, then
-        the new one is renamed over the path.
+        new file is written and fsynced under a temporary name (with the old
+        file's mode), the old one is hard-linked to a backup name reserved with
+        ``O_CREAT | O_EXCL`` (so the backup is the original, bytes and mode),
+        then the new one is renamed over the path.
         """
         self._writable_fd()
-        backup = self._reserve_backup()
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         try:
-            with open(tmp, "wb") as handle:
-                os.fchmod(handle.fileno(), _FILE_MODE)
-                handle.write("".join(dumps(r) + "\n" for r in records).encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
+            mode = stat.S_IMODE(os.stat(self._real).st_mode)
+        except OSError as exc:
+            raise _os_error(self.path, "rewrite", exc) from exc
+        backup = self._reserve_backup()
+        tmp = self._real.with_name(f".{self._real.name}.tmp-{os.getpid()}")
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _FILE_MODE)
+            except FileExistsError:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)
+                raise StorePathError(
+                    f"cannot rewrite {str(self.path)!r}: {str(tmp)!r} is in the way (a leftover of an "
+                    "interrupted rewrite, or a symbolic link); it is never written through: remove it"
+                ) from None
+            try:
+                os.fchmod(fd, mode)
+                data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
+                view = memoryview(data)
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, view[written:])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             try:
                 os.unlink(backup)  # the reserved name; a hard link (instant, atomic) takes it
-                os.link(self.path, backup)
-            except OSError:  # no hard links on this file system: copy instead
-                shutil.copyfile(self.path, backup)
-            os.replace(tmp, self.path)
+                os.link(self._real, backup, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise  # someone put something at the reserved name meanwhile: never overwrite it
+                self._copy_backup(backup, mode)  # no hard links on this file system: copy instead
+            os.replace(tmp, self._real)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise _os_error(self.path, "rewrite", exc) from exc
         self._sync_dir()
-        # The append descriptor still points at the old file (now the backup): reopen.
+        # The append descriptor and the inode lock still point at the old file (now the backup): reopen.
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, _FILE_MODE)
-        self._size = os.fstat(self._fd).st_size
+            self._fd = None
+        try:
+            fd = os.open(self._real, os.O_WRONLY | os.O_APPEND | _NOFOLLOW)
+        except OSError as exc:
+            raise _os_error(self.path, "reopen after rewriting", exc) from exc
+        self._fd = fd
+        self._wait_for(fd, time.monotonic() + max(self.lock_timeout, 1.0), self._inode_locked)
+        self._legacy = False
+        self._size = os.fstat(fd).st_size
         self._torn_at = None
         self._needs_newline = False
         seqs = [r.get("seq") for r in records]
@@ -354,11 +514,16 @@ class JSONLStore:
         return self._lease.release(owner)
 
     def default_artifacts(self) -> ArtifactStore:
-        """Artifacts in ``<stem>.artifacts/`` next to the file (``runs/task-42.artifacts/``)."""
-        return FileArtifactStore(self.path.with_name(self.path.stem + ".artifacts"))
+        """Artifacts in ``<stem>.artifacts/`` beside the file (``runs/task-42.artifacts/``).
+
+        Beside the file a symbolic link points to; the directory is never entered
+        through a link (`FileArtifactStore` with ``follow_links=False``).
+        """
+        real = self._real if self._opened else self._resolve()
+        return FileArtifactStore(real.with_name(real.stem + ".artifacts"), follow_links=False)
 
     def close(self) -> None:
-        """Flush per the policy and release the lock; idempotent."""
+        """Flush per the policy and release the locks; idempotent."""
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
@@ -366,7 +531,7 @@ class JSONLStore:
                     with contextlib.suppress(OSError):
                         os.fsync(fd)
             finally:
-                os.close(fd)
+                os.close(fd)  # closing releases the inode's flock
         self._unlock()
         self._opened = False
 
@@ -375,6 +540,50 @@ class JSONLStore:
         return f"JSONLStore({str(self.path)!r}, {mode})"
 
     # ------------------------------------------------------------------ internals
+
+    def _resolve(self) -> Path:
+        """The file itself: symbolic links (of the file and its directories) and ``..`` resolved."""
+        try:
+            return Path(os.path.realpath(self.path, strict=False))
+        except OSError as exc:  # a loop of links
+            raise _os_error(self.path, "resolve", exc) from exc
+
+    def _side(self, suffix: str) -> Path:
+        """A file beside the session file, in its own directory (``s.jsonl.lock``, ``s.jsonl.torn``)."""
+        return self._real.with_name(self._real.name + suffix)
+
+    def _check_owned(self) -> None:
+        """Raise `NotASessionError` unless the file is this store's (see `open`)."""
+        try:
+            size, lines = _first_lines(self._real, lines=1 if not self._read_only else _SNIFF_LINES)
+        except OSError as exc:
+            raise _os_error(self.path, "read", exc) from exc
+        self._legacy = False
+        if size == 0 or not lines or not lines[0].strip():
+            if size == 0 and os.path.lexists(self.lock_path):
+                return  # created by a writer that stopped before its first record: ours, still empty
+            if size == 0:
+                raise _not_a_session(self.path, "it is empty")
+            raise _not_a_session(self.path, "its first line is blank")
+        for number, line in enumerate(lines, 1):
+            try:
+                data = loads(line, where=f"line {number}")
+            except RecordDecodeError as exc:
+                if number == 1 and not self._read_only:
+                    raise _not_a_session(self.path, f"its first line is {exc.reason}") from None
+                continue
+            if _is_record(data):
+                if number > 1 and not self._read_only:
+                    raise _not_a_session(self.path, "its first line is not a session record")
+                return
+            if number == 1 and _is_legacy(data):
+                if self._read_only or self.migrate:
+                    self._legacy = True
+                    return
+                raise legacy_error(self.path)
+            if number == 1 and not self._read_only:
+                break
+        raise _not_a_session(self.path, "its first line is not a session record")
 
     def _writable_fd(self) -> int:
         if self._read_only:
@@ -394,29 +603,48 @@ class JSONLStore:
         except OSError as exc:
             # A half-written batch would become a corrupt line in the middle of the log
             # once a later append succeeds: cut it off so the file ends where it did.
-            with contextlib.suppress(OSError):
-                os.truncate(self.path, self._size)
+            with contextlib.suppress(StoreError):
+                self._cut(self._size)
             raise _os_error(self.path, "append to", exc) from exc
         self._size += written
 
+    def _cut(self, size: int) -> None:
+        """Truncate the file back to ``size`` bytes (taking back a failed append)."""
+        fd = self._fd
+        try:
+            if fd is None:
+                raise OSError(errno.EBADF, "not open")
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            raise _os_error(self.path, "take back a failed append to", exc) from exc
+        self._size = size
+
     def _repair_tail(self, fd: int) -> None:
         if self._torn_at is not None:
-            torn_at, self._torn_at = self._torn_at, None
-            with open(self.path, "rb") as handle:
+            torn_at = self._torn_at
+            with open(self._real, "rb") as handle:
                 handle.seek(torn_at)
                 torn = handle.read()
             if torn.strip():
                 # Kept, not destroyed: the bytes of the interrupted append go next to the log.
-                with open(self.path.with_name(self.path.name + ".torn"), "ab") as side:
-                    side.write(torn + b"\n")
+                side = self._side(".torn")
+                try:
+                    tfd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, _FILE_MODE)
+                    try:
+                        os.write(tfd, torn + b"\n")
+                    finally:
+                        os.close(tfd)
+                except OSError as exc:
+                    raise _os_error(side, "keep the torn last line in", exc) from exc
             try:
-                os.truncate(self.path, torn_at)
+                os.ftruncate(fd, torn_at)
             except OSError as exc:
                 raise _os_error(self.path, "repair the torn last line of", exc) from exc
+            self._torn_at = None
             self._size = torn_at
         elif self._needs_newline:
-            self._needs_newline = False
             self._write(fd, b"\n")
+            self._needs_newline = False
             if self._read_offset == self._size - 1:
                 self._read_offset = self._size
 
@@ -430,20 +658,20 @@ class JSONLStore:
 
     def _make_parents(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._real.parent.mkdir(parents=True, exist_ok=True)
         except FileExistsError as exc:
             raise StorePathError(
                 f"cannot create {str(self.path)!r}: a parent of it is a file, not a directory"
             ) from exc
         except OSError as exc:
-            raise _os_error(self.path.parent, "create the directory", exc) from exc
+            raise _os_error(self._real.parent, "create the directory", exc) from exc
 
     def _sync_dir(self) -> None:
         # Makes the file's creation (or rename) itself durable on POSIX.
         if os.name != "posix":
             return
         with contextlib.suppress(OSError):
-            dfd = os.open(self.path.parent, os.O_RDONLY)
+            dfd = os.open(self._real.parent, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
@@ -452,10 +680,10 @@ class JSONLStore:
     def _reserve_backup(self) -> Path:
         n = 1
         while True:
-            candidate = self.path.with_name(f"{self.path.stem}.bak-{n}{self.path.suffix}")
+            candidate = self._real.with_name(f"{self._real.stem}.bak-{n}{self._real.suffix}")
             try:
-                fd = os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
-            except FileExistsError:
+                fd = os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, _FILE_MODE)
+            except FileExistsError:  # an older backup, or anything else there (a link): never reused
                 n += 1
                 continue
             except OSError as exc:
@@ -463,29 +691,69 @@ class JSONLStore:
             os.close(fd)
             return candidate
 
-    def _lock(self) -> None:
+    def _copy_backup(self, backup: Path, mode: int) -> None:
+        fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _FILE_MODE)
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
-        except OSError as exc:
-            raise _os_error(self.lock_path, "create the lock file", exc) from exc
+            with open(self._real, "rb") as source:
+                while chunk := source.read(1 << 20):
+                    view = memoryview(chunk)
+                    written = 0
+                    while written < len(chunk):
+                        written += os.write(fd, view[written:])
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _lock(self, deadline: float) -> None:
+        lock_path = self.lock_path
         try:
-            _try_lock(fd)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            who = f"process {holder}" if holder else "another process"
-            raise SessionLockedError(
-                f"{str(self.path)!r} is open for writing by {who} (lock file {str(self.lock_path)!r}); "
-                "close that session first, or open this one with read_only=True to read it"
-            ) from None
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, _FILE_MODE)
         except OSError as exc:
+            raise _os_error(lock_path, "create the lock file", exc) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorePathError(f"{str(lock_path)!r} is not a regular file; remove it")
+            self._wait_for(fd, deadline, self._path_locked)
+        except BaseException:
             os.close(fd)
-            raise _os_error(self.lock_path, "lock", exc) from exc
+            raise
         # Record who holds it, for the error message above; the lock itself is the flock.
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
+
+    def _wait_for(self, fd: int, deadline: float, refused: Callable[[int], SessionLockedError]) -> None:
+        """Take the flock on ``fd``, polling with jittered backoff until ``deadline``."""
+        pause = 0.001
+        while True:
+            try:
+                _try_lock(fd)
+                return
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise refused(fd) from None
+                time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
+                pause = min(pause * 2, 0.05)
+            except OSError as exc:
+                raise _os_error(self.lock_path, "lock", exc) from exc
+
+    def _path_locked(self, fd: int) -> SessionLockedError:
+        holder = _read_holder(fd)
+        who = f"process {holder}" if holder else "another process"
+        waited = f" (waited {self.lock_timeout:g} s)" if self.lock_timeout else ""
+        return SessionLockedError(
+            f"{str(self.path)!r} is open for writing by {who}{waited} (lock file {str(self.lock_path)!r}); "
+            "close that session first, or open this one with read_only=True to read it"
+        )
+
+    def _inode_locked(self, _fd: int) -> SessionLockedError:
+        return SessionLockedError(
+            f"{str(self.path)!r} is open for writing by another process under another name (a hard link to "
+            "the same file); close that session first, or open this one with read_only=True to read it"
+        )
 
     def _unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None

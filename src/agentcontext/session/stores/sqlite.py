@@ -25,6 +25,16 @@ checkpoints: a power loss can lose the latest commits, a crash cannot) and
 A ``leases`` table holds the session's lease (`SupportsLease`), with its
 expiry in wall-clock seconds (the processes sharing a SQLite file share a
 clock). `SQLiteDatabase` lists, deletes and prunes the sessions of a file.
+
+The store writes only to a database it created or that already holds its
+``records`` table: a file that is not a SQLite database (an empty one
+included), or someone else's database, raises `NotASessionError` and is left
+as it was (``agentcontext db init`` adds the tables to a database on purpose).
+``read_only=True`` opens with ``mode=ro``, and on read-only media (where SQLite
+cannot make its ``-shm`` file) with ``immutable=1``. One store may be used from
+several threads (the connection is made with ``check_same_thread=False`` and
+every use of it holds the store's lock), as a `Session` shared between threads
+needs.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import re
 import shutil
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -44,7 +55,7 @@ from pathlib import Path
 
 from ..._serde import RecordDecodeError, dumps, loads
 from ...artifacts import ArtifactStore, FileArtifactStore
-from ...exceptions import ConcurrencyError, ConfigError, StoreError
+from ...exceptions import ConcurrencyError, ConfigError, NotASessionError, StoreError
 from ...messages import JSONValue
 from ._base import (
     CorruptRecordWarning,
@@ -85,6 +96,10 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 _SYNCHRONOUS = {"always": "FULL", "interval": "NORMAL", "never": "OFF"}
+_MAGIC = b"SQLite format 3\x00"
+_COLUMNS = {"session_id", "seq", "type", "body"}
+_FETCH = 256
+"""Rows a load fetches per turn of the store's lock."""
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -128,6 +143,8 @@ class SQLiteStore:
         self._read_only = read_only
         self._db: sqlite3.Connection | None = None
         self._last_seq = -1
+        # The connection is shared by the threads of a session: one of them uses it at a time.
+        self._lock = threading.RLock()
 
     @property
     def location(self) -> str:
@@ -140,9 +157,15 @@ class SQLiteStore:
         return self._read_only
 
     def open(self, *, create: bool = True) -> None:
-        """Connect, set WAL mode and the sync level, create the tables (see `SessionStore.open`)."""
-        if self._db is not None:
-            return
+        """Connect, check the database is ours, set WAL mode and the sync level, create the tables.
+
+        See `SessionStore.open`.
+        """
+        with self._lock:
+            if self._db is None:
+                self._open(create)
+
+    def _open(self, create: bool) -> None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -161,20 +184,28 @@ class SQLiteStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise self._error("create the directory for", exc) from exc
-        if st is not None and not os.access(self.path, os.R_OK | (0 if self._read_only else os.W_OK)):
-            raise self._error("open", PermissionError(errno.EACCES, "permission denied"))
+        else:
+            self._check_existing()
         try:
             if self._read_only:
-                db = sqlite3.connect(
-                    f"{self.path.as_uri()}?mode=ro", uri=True, timeout=self.timeout, isolation_level=None
-                )
+                db = self._connect_read_only()
             else:
-                db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.fsync]}")
-                db.executescript(_SCHEMA)
-                if st is None:
-                    os.chmod(self.path, 0o600)  # conversations are private: owner-only, whatever the umask
+                db = sqlite3.connect(
+                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                )
+                try:
+                    if st is not None:
+                        self._check_tables(db)  # before anything (WAL mode included) writes to the file
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.fsync]}")
+                    db.executescript(_SCHEMA)
+                    if st is None:
+                        os.chmod(
+                            self.path, 0o600
+                        )  # conversations are private: owner-only, whatever the umask
+                except BaseException:
+                    db.close()
+                    raise
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         except (sqlite3.Error, OSError) as exc:
             raise self._error("open", exc) from exc
@@ -184,35 +215,108 @@ class SQLiteStore:
                 self.close()
                 raise SessionNotFoundError(f"no session {self.session_id!r} in {str(self.path)!r}")
 
+    def _check_existing(self) -> None:
+        """An existing file: a SQLite database, that this store may open as asked."""
+        self._check_magic()
+        if not self._read_only and _read_only_fs(self.path):
+            raise self._error("open for writing", OSError(errno.EROFS, os.strerror(errno.EROFS)))
+        if not os.access(self.path, os.R_OK | (0 if self._read_only else os.W_OK)):
+            raise self._error("open", PermissionError(errno.EACCES, "permission denied"))
+
+    def _check_magic(self) -> None:
+        """Refuse a file that is not a SQLite database (an empty file included): it is left as it was."""
+        try:
+            with open(self.path, "rb") as handle:
+                head = handle.read(len(_MAGIC))
+        except OSError as exc:
+            raise self._error("open", exc) from exc
+        if head != _MAGIC:
+            what = "an empty file" if not head else "not a SQLite database"
+            raise NotASessionError(
+                f"{str(self.path)!r} is {what}, not a SQLite database of sessions; it was left untouched. "
+                "Pass the path of a session database, or a new path"
+            )
+
+    def _check_tables(self, db: sqlite3.Connection) -> None:
+        """Refuse someone else's database: one with tables, but not agentcontext's ``records``."""
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        if not tables:
+            return  # an empty database: nothing in it to take over
+        if "records" in tables:
+            columns = {r[1] for r in db.execute("PRAGMA table_info(records)")}
+            if _COLUMNS <= columns:
+                return
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise NotASessionError(
+            f"{str(self.path)!r} is a SQLite database without agentcontext's tables (it holds {shown}); it was "
+            f"left untouched. To keep sessions in it, add them on purpose: `agentcontext db init "
+            f"sqlite:///{self.path}`"
+        )
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; on read-only media, where SQLite cannot create the WAL index, ``immutable=1``."""
+        uri = self.path.as_uri()
+        db = sqlite3.connect(
+            f"{uri}?mode=ro", uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            if not _read_only_fs(self.path) and os.access(self.path.parent, os.W_OK):
+                raise
+        # Nothing can change a file on read-only media: SQLite may skip locking and the WAL index.
+        return sqlite3.connect(
+            f"{uri}?mode=ro&immutable=1",
+            uri=True,
+            timeout=self.timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+
     def load(self, after: int = -1) -> Iterator[StoredRecord]:
         """The session's rows after seq ``after``, in seq order (an index range: O(rows read)).
 
-        Rows whose body is not a JSON object are skipped with a warning.
+        Rows whose body is not a JSON object are skipped with a warning. Rows are
+        fetched a few hundred at a time under the store's lock, so another thread
+        may use the store between them.
         """
-        db = self._conn()
         limiter = WarningLimiter(CorruptRecordWarning)
         self._last_seq = max(after, -1)
+        last = after
         try:
-            cursor = db.execute(
-                "SELECT seq, body FROM records WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (self.session_id, after),
-            )
-            for seq, body in cursor:
-                self._last_seq = max(self._last_seq, seq)
-                where = f"seq {seq}"
-                try:
-                    data = loads(body, where=where)
-                except RecordDecodeError as exc:
-                    limiter.warn(f"{self.location}: {exc.reason} at {where}; the record is skipped")
-                    continue
-                yield StoredRecord(where, data)
-        except sqlite3.Error as exc:
-            raise self._error("read", exc) from exc
+            while True:
+                with self._lock:
+                    db = self._conn()
+                    try:
+                        rows = db.execute(
+                            "SELECT seq, body FROM records WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                            (self.session_id, last, _FETCH),
+                        ).fetchall()
+                    except sqlite3.Error as exc:
+                        raise self._error("read", exc) from exc
+                for seq, body in rows:
+                    last = seq
+                    self._last_seq = max(self._last_seq, seq)
+                    where = f"seq {seq}"
+                    try:
+                        data = loads(body, where=where)
+                    except RecordDecodeError as exc:
+                        limiter.warn(f"{self.location}: {exc.reason} at {where}; the record is skipped")
+                        continue
+                    yield StoredRecord(where, data)
+                if len(rows) < _FETCH:
+                    return
         finally:
             limiter.finish(self.location)
 
     def append(self, records: Sequence[Mapping[str, JSONValue]], *, expected_seq: int) -> None:
         """Insert ``records`` in one transaction, after checking the last seq (optimistic concurrency)."""
+        with self._lock:
+            self._append(records, expected_seq)
+
+    def _append(self, records: Sequence[Mapping[str, JSONValue]], expected_seq: int) -> None:
         db = self._writable()
         rows = [(self.session_id, r.get("seq"), str(r.get("type")), dumps(r)) for r in records]
         try:
@@ -243,6 +347,10 @@ class SQLiteStore:
 
     def replace(self, records: Sequence[Mapping[str, JSONValue]]) -> str:
         """Move the session's rows to ``records_backup`` and insert ``records``, in one transaction."""
+        with self._lock:
+            return self._replace(records)
+
+    def _replace(self, records: Sequence[Mapping[str, JSONValue]]) -> str:
         db = self._writable()
         rows = [(self.session_id, r.get("seq"), str(r.get("type")), dumps(r)) for r in records]
         try:
@@ -269,6 +377,10 @@ class SQLiteStore:
     def acquire_lease(self, owner: str, ttl: float) -> bool:
         """Take or renew the session's lease in the ``leases`` table (see `SupportsLease`)."""
         check_lease(owner, ttl)
+        with self._lock:
+            return self._acquire_lease(owner, ttl)
+
+    def _acquire_lease(self, owner: str, ttl: float) -> bool:
         db = self._writable()
         now = time.time()
         try:
@@ -291,15 +403,16 @@ class SQLiteStore:
 
     def release_lease(self, owner: str) -> bool:
         """Give the lease up (see `SupportsLease`)."""
-        db = self._writable()
-        try:
-            cursor = db.execute(
-                "DELETE FROM leases WHERE session_id = ? AND owner = ? AND expires_at > ?",
-                (self.session_id, owner, time.time()),
-            )
-        except sqlite3.Error as exc:
-            raise self._error("release the lease in", exc) from exc
-        return cursor.rowcount == 1
+        with self._lock:
+            db = self._writable()
+            try:
+                cursor = db.execute(
+                    "DELETE FROM leases WHERE session_id = ? AND owner = ? AND expires_at > ?",
+                    (self.session_id, owner, time.time()),
+                )
+            except sqlite3.Error as exc:
+                raise self._error("release the lease in", exc) from exc
+            return cursor.rowcount == 1
 
     def default_artifacts(self) -> ArtifactStore:
         """Artifacts in ``<stem>.artifacts/<session id>/`` next to the database."""
@@ -307,10 +420,11 @@ class SQLiteStore:
 
     def close(self) -> None:
         """Close the connection; idempotent."""
-        db, self._db = self._db, None
-        if db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                db.close()
+        with self._lock:
+            db, self._db = self._db, None
+            if db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    db.close()
 
     def __repr__(self) -> str:
         mode = "read-only" if self._read_only else f"fsync={self.fsync!r}"
@@ -341,6 +455,13 @@ class SQLiteStore:
 
     def _error(self, action: str, exc: BaseException) -> StoreError:
         where = str(self.path)
+        if (isinstance(exc, OSError) and exc.errno == errno.EROFS) or (
+            isinstance(exc, sqlite3.OperationalError) and _read_only_fs(self.path)
+        ):
+            return StorePathError(
+                f"cannot {action} {where!r}: it is on a read-only file system; open it with read_only=True "
+                "to read it"
+            )
         if isinstance(exc, PermissionError):
             return StorePermissionError(
                 f"permission denied to {action} {where!r}: check the owner and mode (ls -l {where!r})"
@@ -352,6 +473,15 @@ class SQLiteStore:
         if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace(" ", ""):
             return StorePermissionError(f"cannot {action} {where!r}: the database is read-only ({exc})")
         return StoreError(f"cannot {action} {where!r}: {exc}")
+
+
+def _read_only_fs(path: Path) -> bool:
+    """True when ``path`` (or, for a missing file, its directory) is on a file system mounted read-only."""
+    probe = path if path.exists() else path.parent
+    try:
+        return bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
 
 
 def _artifact_dir(path: Path, session_id: str) -> Path:
