@@ -115,10 +115,16 @@ RUN_DOCS = ["langchain.md", "pydantic_ai.md", "openai_agents.md", "sessions-on-d
 def test_every_other_readme_snippet_is_a_slice_of_a_docs_page_whose_code_runs() -> None:
     """The README's short framework snippets are cut from code that runs, so they cannot rot unnoticed."""
     docs = README.parent / "docs"
-    runs = [b for page in RUN_DOCS for b in re.findall(r"```python\n(.*?)```", (docs / page).read_text(), flags=re.S)]
+    runs = [
+        b
+        for page in RUN_DOCS
+        for b in re.findall(r"```python\n(.*?)```", (docs / page).read_text(), flags=re.S)
+    ]
     run_here = [b for b in python_blocks() if "while True" in b or "session.checkpoint()" in b]
     assert len(run_here) == 2
     for block in python_blocks():
         if block in run_here:
             continue
-        assert any(block in code for code in runs), f"README snippet not found verbatim in {RUN_DOCS}:\n{block}"
+        assert any(block in code for code in runs), (
+            f"README snippet not found verbatim in {RUN_DOCS}:\n{block}"
+        )

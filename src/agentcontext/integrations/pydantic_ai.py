@@ -64,7 +64,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from collections.abc import Awaitable, Callable
 
 if TYPE_CHECKING:
-
     from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 
 __all__ = ["ContextCapability", "history_processor"]
