@@ -153,3 +153,34 @@ def session_worker(url: str, worker: str, n: int, out: str) -> None:
                     reopened += 1
     session.close()
     Path(out).write_text(json.dumps({"reopened": reopened, "invalid": invalid}))
+
+
+def compacting_writer(url: str, seed: int, out: str) -> None:
+    """Append and prepare through a `Session` whose window forces a compaction every few steps, until killed.
+
+    Logs ``m SEQ ID`` after each append returns and ``c SEQ`` after each prepare that
+    wrote a compaction record, so a kill lands in an append, a summary or a compaction's write.
+    """
+    from agentcontext.engine import ContextEngine
+    from agentcontext.testing import WordCounter
+
+    rng = random.Random(seed)
+    engine = ContextEngine(window=900, reserve=100, counter=WordCounter(), truncator=None)
+    with open(out, "a", encoding="utf-8") as log:
+        # A short lease: the kill often lands inside a prepare, and the next worker waits for it to expire.
+        session = Session.from_store(open_store(url), engine=engine, lease_ttl=2)
+        log.write(f"ready {session.last_seq}\n")
+        log.flush()
+        i = 0
+        while True:
+            i += 1
+            words = " ".join(f"s{seed}w{i}x{k}" for k in range(rng.choice([10, 40, 120, 300])))
+            m = Message(role="user", content=words)
+            session.append(m)
+            log.write(f"m {session.last_seq} {m.id}\n")
+            log.flush()
+            before = session.last_seq
+            session.prepare()
+            if session.last_seq != before:
+                log.write(f"c {session.last_seq}\n")
+                log.flush()

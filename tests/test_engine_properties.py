@@ -1,4 +1,4 @@
-"""The engine's promises (DESIGN.md 1-5, 7, 8), each checked over random conversations."""
+"""The engine's promises (fits, valid, keeps the essentials, ordered, honest, pure), each checked over random conversations."""
 
 from __future__ import annotations
 

@@ -334,7 +334,7 @@ def test_checkpoint_ids_survive_compactions_and_restarts(opener: Callable[..., S
             s.prepare()
         s.append(m)
     assert len(s.compactions) >= 2
-    assert [c.id for c in s.checkpoints] == list(range(len(views)))  # never reset (seed 003 resets them)
+    assert [c.id for c in s.checkpoints] == list(range(len(views)))  # never reset (Kimi CLI resets them)
     s.close()
     again = opener(engine=_engine())
     assert [(c.id, c.label) for c in again.checkpoints] == [(i, f"before {i}") for i in range(len(views))]
@@ -681,7 +681,7 @@ def test_tokens_are_the_reported_usage_plus_everything_appended_since(opener: Ca
     reply = Message(role="assistant", tool_calls=(ToolCall(id="c1", name="ls", arguments='{"path": "."}'),))
     result = Message(role="tool", tool_call_id="c1", content="a.py\nb.py\n" * 200)
     s.extend([reply, result])
-    # Tool results count (seed 003 ignored them until the next model call).
+    # Tool results count (Kimi CLI ignores them until the next model call).
     assert s.tokens == 1_000 + counter.count_message(reply) + counter.count_message(result)
     assert s.last_usage is not None and s.last_usage.view_len == len(prepared.messages)
     s.close()
@@ -705,7 +705,7 @@ def test_tokens_are_counted_not_zero_after_a_compaction_or_revert(tmp_path: Path
                 break
         s.append(m)
     assert compacted
-    # The compaction rewrote what the usage covered: the view is recounted (seed 003 reads 0 here).
+    # The compaction rewrote what the usage covered: the view is recounted (Kimi CLI reads 0 here).
     assert s.last_usage is not None and s.compactions[-1].keep < s.last_usage.view_len
     assert s.tokens == counter.count_messages(s.view) > 0
     s.record_usage(prompt_tokens=777)

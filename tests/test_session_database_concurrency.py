@@ -211,6 +211,53 @@ def test_a_writer_killed_at_random_moments_never_loses_an_acknowledged_append(
     assert mid_loop >= kills // 2, "the kills should mostly land while the writer is appending"
 
 
+def test_a_worker_killed_mid_compaction_leaves_a_log_that_restores_to_a_valid_view(
+    server: str, workers: ForkServerContext, tmp_path: Path
+) -> None:
+    """SIGKILL while appending, summarizing or writing a compaction: nothing acknowledged is lost, a
+    compaction record is whole or absent, and the next worker restores a valid view and carries on."""
+    from agentcontext.engine import ContextEngine
+    from agentcontext.invariants import check_messages
+    from agentcontext.testing import WordCounter
+
+    url = with_session(server, unique("killc"))
+    rng = random.Random(20241124)
+    confirmed: dict[int, str] = {}
+    compactions: set[int] = set()
+    kills = runs(4, 50)
+    for round_no in range(kills):
+        log = tmp_path / f"round{round_no}.log"
+        child = workers.Process(target=db_workers.compacting_writer, args=(url, round_no, str(log)))
+        child.start()
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text().startswith("ready")):
+            assert child.is_alive() and time.monotonic() < deadline, "the writer did not start"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.02, 0.3))
+        child.kill()
+        child.join(timeout=60)
+        for line in log.read_text().split("\n")[1:-1]:  # a last line without newline was not finished
+            kind, seq, *rest = line.split()
+            if kind == "m":
+                confirmed[int(seq)] = rest[0]
+            else:
+                compactions.add(int(seq))
+        records = _all_records(url)  # no torn record: warnings are errors there
+        assert [r["seq"] for r in records] == list(range(len(records)))
+        by_seq = {int(r["seq"]): r for r in records}  # type: ignore[call-overload]
+        for seq, mid in confirmed.items():
+            assert by_seq[seq]["message"]["id"] == mid, f"round {round_no}: seq {seq} lost"  # type: ignore[index]
+        for seq in compactions:
+            assert by_seq[seq]["type"] == "compaction", f"round {round_no}: compaction {seq} lost"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            engine = ContextEngine(window=900, reserve=100, counter=WordCounter(), truncator=None)
+            with Session.from_store(open_store(url), engine=engine, create=False, lease_ttl=2) as session:
+                assert check_messages(session.view) == []
+                assert check_messages(session.prepare().messages) == []
+    assert len(compactions) >= kills // 2, "the writer should compact between most kills"
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
 def test_a_lease_left_by_a_killed_worker_expires(
     kind: str, workers: ForkServerContext, tmp_path: Path

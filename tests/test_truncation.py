@@ -178,7 +178,7 @@ def test_construction_and_small_outputs_touch_no_disk(tmp_path: Path) -> None:
     t = ObservationTruncator(store=FileArtifactStore(root))
     result = t.truncate("fits easily\n" * 10)
     assert not result.truncated
-    assert not root.exists()  # seed 000 created ./tool-output in every agent's constructor
+    assert not root.exists()  # constructing must not create ./tool-output (a common truncator bug)
 
 
 def test_bad_text_is_an_invalid_message_error() -> None:
@@ -189,7 +189,7 @@ def test_bad_text_is_an_invalid_message_error() -> None:
         t.truncate(b"bytes")  # type: ignore[arg-type]
 
 
-# ----------------------------------------------------------------------------- seed 000's bugs, fixed
+# ----------------------------------------------------------------------------- bugs common in truncators, fixed
 
 
 def test_a_single_huge_line_is_cut_inside_the_line_to_the_byte_limit() -> None:

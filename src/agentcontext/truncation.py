@@ -11,30 +11,30 @@ get it back (the marker is one line, wrapped here)::
     artifact:sha256:9f86d0... (pass this reference to the recall tool to read it) ...]
     <tail of the output>
 
-This is seed 000's ``ObservationTruncator``, redone to fix every bug found in
-its real code (see ``research/seeds.md``, section 000):
+Truncators of this kind (a head/tail preview, the full text written to a file)
+commonly get these wrong; here each is tested:
 
-- **All limits hold on the preview, marker included.** The seed enforced
-  ``max_bytes`` nowhere (a single 1 MB line passed whole); here lines, UTF-8
-  bytes and (optionally) tokens each bound the returned preview.
-- **Head and tail never overlap.** The seed's ``head_tail`` took the first and
-  last 1,000 lines even of a 1,500-line output, duplicating 500 lines, so the
-  "preview" could be larger than its input. Here the kept head and tail are
-  disjoint and something is always omitted, so the preview is strictly shorter.
-- **The model is told.** The seed added no marker for ``head``/``tail`` and never
-  said where the full output went; every preview here carries one.
-- **Safe artifact names.** The seed wrote ``tool_{timestamp}_{tool_name}.json``:
-  tool names with ``/`` or ``..`` escaped the directory, and two outputs in the
-  same microsecond (``asyncio.gather``) collided. Artifacts here are named by the
-  SHA-256 of their content and the tool name is only shown in the marker.
-- **No I/O at construction.** The seed's constructor created ``./tool-output``
-  for every agent; this dataclass is pure config, and the store creates its
-  directory on first use.
+- **All limits hold on the preview, marker included.** A byte limit checked only
+  per line lets a single 1 MB line pass whole; here lines, UTF-8 bytes and
+  (optionally) tokens each bound the returned preview.
+- **Head and tail never overlap.** Taking the first and last 1,000 lines of a
+  1,500-line output duplicates 500 lines, so the "preview" is larger than its
+  input. Here the kept head and tail are disjoint and something is always
+  omitted, so the preview is strictly shorter.
+- **The model is told.** Every preview carries a marker saying what was cut and
+  where the full output is.
+- **Safe artifact names.** File names built from tool names
+  (``tool_{timestamp}_{tool_name}.json``) escape the directory for names with
+  ``/`` or ``..`` and collide for two outputs in the same microsecond
+  (``asyncio.gather``). Artifacts here are named by the SHA-256 of their content
+  and the tool name is only shown in the marker.
+- **No I/O at construction.** This dataclass is pure config; the store creates
+  its directory on first use.
 
 Peers, for scale: Gemini CLI keeps 40,000 chars (20% head, 80% tail) and a file
 path; OpenHands cuts the middle at 50,000 chars and saves a file; Codex keeps
 10 KiB / 256 lines of head and tail. The defaults here (2,000 lines, 50 KiB,
-30% head) match the seed's limits, now actually enforced.
+30% head) are common limits for coding agents, here enforced on the preview.
 """
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ class ObservationTruncator:
 
     Args:
         max_lines: most lines in the preview, marker line included; None for no
-            line limit. Default 2,000 (seed 000's limit).
+            line limit. Default 2,000.
         max_bytes: most UTF-8 bytes in the preview, marker included; None for no
-            byte limit. Default 50 KiB (51,200, seed 000's limit): about 12k
+            byte limit. Default 50 KiB (51,200): about 12k
             tokens of English or code, more for CJK.
         max_tokens: most tokens in the preview by ``counter.count_text`` (the
             text alone: the message's framing overhead is the engine's to add);

@@ -4,11 +4,11 @@ Three templates ship with agentcontext:
 
 - ``"state_snapshot"`` (default): an XML snapshot with overall goal, active
   constraints, key knowledge, artifact trail, file-system state, recent actions
-  and task state (the sections of Gemini CLI's compression prompt, seed 002).
-- ``"priorities"``: seed 003's (Kimi CLI) ordering of what to keep (current
+  and task state (the sections of Gemini CLI's compression prompt).
+- ``"priorities"``: Kimi CLI's ordering of what to keep (current
   task, errors and fixes, final code, environment, decisions, TODOs) and its
   output sections.
-- ``"five_sections"``: seed 000's five sections (goal, key decisions, work
+- ``"five_sections"``: five sections (goal, key decisions, work
   done, open items, findings).
 
 A `PromptTemplate` of your own works the same way. Whatever the template, the
