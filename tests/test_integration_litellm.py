@@ -35,10 +35,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-# Offline: LiteLLM reads its model map from the package instead of fetching it at import.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 from litellm.utils import trim_messages
 
 from agentcontext.integrations.litellm import ContextHook
