@@ -5,8 +5,12 @@ so the shared Hypothesis strategies in ``tests/strategies.py`` are made
 importable here as ``strategies`` (``from strategies import openai_conversations``).
 """
 
+import os
 import sys
 from pathlib import Path
+
+# Offline: LiteLLM (the proxy hook's tests) reads its model map from the package instead of fetching it.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:

@@ -314,6 +314,7 @@ def to_messages(
     *,
     system: object = None,
     unknown: Literal["raise", "keep"] = "raise",
+    previous_id: str | None = None,
 ) -> list[Message]:
     """Convert Anthropic ``messages`` (and the ``system`` parameter) to canonical messages.
 
@@ -331,6 +332,9 @@ def to_messages(
             ``cache_control`` breakpoints and thinking blocks included). What is not
             modelled is not counted: a `ConversionWarning` names each kind once
             (a previous turn's thinking is not billed by Anthropic anyway).
+        previous_id: the id of the message these follow (chains the ids), so a
+            growing list can be converted a batch at a time, as with
+            `agentcontext.formats.responses.to_messages`; None (default) starts a conversation.
 
     Returns:
         Canonical messages with deterministic chain ids: a system message first
@@ -346,7 +350,7 @@ def to_messages(
     if unknown not in ("raise", "keep"):
         raise InvalidMessageError(f"unknown must be 'raise' or 'keep', got {unknown!r}")
     out: list[Message] = []
-    chain = _Chain(out, keep=unknown == "keep")
+    chain = _Chain(out, keep=unknown == "keep", previous=previous_id)
     if system is not None:
         modelled = _modelled_system(system, chain.kept) if chain.keep else system
         chain.add(
@@ -450,8 +454,9 @@ def _modelled_system(system: object, kept: set[str]) -> object:
 class _Chain:
     """Appends messages with chain ids: each id derives from the previous one and this message's wire fragment."""
 
-    def __init__(self, out: list[Message], *, keep: bool = False) -> None:
+    def __init__(self, out: list[Message], *, keep: bool = False, previous: str | None = None) -> None:
         self.out = out
+        self.previous = previous
         self.keep = keep
         self.kept: set[str] = set()
 
@@ -467,7 +472,7 @@ class _Chain:
         metadata: Mapping[str, JSONValue] | None = None,
         original: object = None,
     ) -> None:
-        previous = self.out[-1].id if self.out else None
+        previous = self.out[-1].id if self.out else self.previous
         message_id = derive_id(previous, canonical_json(fragment))
         meta = dict(metadata or {})
         if self.keep and original is not None:

@@ -13,6 +13,9 @@ Import the one you need as a module; ``import agentcontext`` never imports a fra
 - `agentcontext.integrations.pydantic_ai`: `ContextCapability` for a Pydantic AI
   ``Agent(capabilities=[...])``, and `history_processor` for ``ProcessHistory``
   (``pip install 'agentcontext[pydantic-ai]'``).
+- `agentcontext.integrations.litellm`: `ContextHook`, a LiteLLM proxy callback that
+  fits every request (Chat Completions, Anthropic Messages, Responses) to its
+  model's window (``pip install 'agentcontext[litellm]'``; docs/litellm.md).
 
 An integration is thin: it converts the framework's messages (`agentcontext.formats`),
 lets the engine (or a session) prepare them, applies the result and converts back.

@@ -1,0 +1,502 @@
+"""The LiteLLM proxy with agentcontext's hook: a real ``litellm`` proxy process in front of a loopback provider.
+
+The proxy is started once for the module from the documented files
+(``examples/litellm/config.yaml`` and ``agentcontext_hook.py``, which
+``docs/litellm.md`` shows verbatim), with only its deployments pointed at
+`providers.ProviderServer`, which counts every request with tiktoken on its own
+and rejects what the APIs reject. Clients shaped like Claude Code
+(``/v1/messages``), Codex (``/v1/responses``) and a plain OpenAI agent
+(``/v1/chat/completions``) grow their conversations far past the window. The
+promises: every upstream request fits, is valid for its API, keeps the system
+prompt / instructions and the latest user input; messages the hook did not change
+arrive exactly as sent; streams pass through; a request the hook cannot read is
+forwarded unchanged with one log line, and the proxy stays up.
+
+Beside it, LiteLLM's own ``trim_messages`` on the same inputs: it separates tool
+results from their calls (litellm #4931), leaves trailing tool results out of its
+count (#6505's fix), and returns its input unchanged on any error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from litellm.utils import trim_messages
+
+from agentcontext.integrations.litellm import ContextHook
+from providers import (
+    ProviderServer,
+    Reply,
+    Request,
+    _check_anthropic,
+    _check_openai,
+    check_responses,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "litellm"
+WINDOW = 6_000
+MASTER_KEY = "sk-" + "5e" * 32
+SYSTEM = "You are a careful engineer. Use the run tool, then answer."
+OUTPUT_LINE = "line of output for the step: lorem ipsum dolor sit amet\n"
+
+
+def output(step: int) -> str:
+    """A tool output of about 600 tokens: ten steps overflow the window."""
+    return f"step {step} output\n" + OUTPUT_LINE * 60
+
+
+def policy(request: Request) -> Reply:
+    """The model: calls ``run`` until the latest user input asks for the answer."""
+    if "answer" in request.latest_user_text():
+        return Reply(text="The third step failed.")
+    return Reply(tool_calls=[("run", {"step": len(request.texts())})])
+
+
+# ----------------------------------------------------------------------------- the proxy
+
+
+@dataclass
+class Proxy:
+    url: str
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def post(self, path: str, body: dict[str, Any], **headers: str) -> dict[str, Any]:
+        response = httpx.post(
+            self.url + path,
+            json=body,
+            headers={"authorization": f"Bearer {MASTER_KEY}", **headers},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def stream(self, path: str, body: dict[str, Any]) -> list[str]:
+        with httpx.stream(
+            "POST",
+            self.url + path,
+            json={**body, "stream": True},
+            headers={"authorization": f"Bearer {MASTER_KEY}"},
+            timeout=60,
+        ) as response:
+            assert response.status_code == 200, response.read()
+            return [line for line in response.iter_lines() if line]
+
+    def log_lines(self, needle: str) -> list[str]:
+        return [line for line in self.log.read_text(errors="replace").splitlines() if needle in line]
+
+
+def documented_config(upstream: ProviderServer) -> dict[str, Any]:
+    """examples/litellm/config.yaml with its deployments pointed at the loopback provider, at its window."""
+    config = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
+    for deployment in config["model_list"]:
+        params = deployment["litellm_params"]
+        params["api_base"] = upstream.openai_url if params["model"].startswith("openai/") else upstream.root
+        deployment["model_info"]["max_input_tokens"] = WINDOW
+    return dict(config)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ProviderServer]:
+    with ProviderServer(window=WINDOW, policy=policy, reasoning=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: ProviderServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    directory = tmp_path_factory.mktemp("litellm")
+    shutil.copy(EXAMPLE / "agentcontext_hook.py", directory / "agentcontext_hook.py")
+    (directory / "config.yaml").write_text(yaml.safe_dump(documented_config(upstream)))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
+        LITELLM_MASTER_KEY=MASTER_KEY,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_TELEMETRY="False",
+        ANTHROPIC_API_KEY="test",
+        OPENAI_API_KEY="test",
+    )
+    log = directory / "proxy.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "litellm.proxy.proxy_cli", "--config", "config.yaml", "--port", str(port)],
+            cwd=directory,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    try:
+        while True:  # wait until it answers (or died)
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the proxy did not start in 120 s"
+            try:
+                if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield Proxy(url=url, log=log, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def sent_since(upstream: ProviderServer, start: int) -> list[Request]:
+    return upstream.requests[start:]
+
+
+def assert_fits(requests: list[Request]) -> None:
+    assert requests
+    for r in requests:
+        assert r.error is None, r.error
+        assert r.tokens <= WINDOW
+
+
+# ----------------------------------------------------------------------------- the three routes
+
+CHAT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run one step of the task.",
+            "parameters": {"type": "object", "properties": {"step": {"type": "integer"}}},
+        },
+    }
+]
+
+
+def test_chat_agent_that_never_compacts_stays_inside_the_window(
+    proxy: Proxy, upstream: ProviderServer
+) -> None:
+    start = len(upstream.requests)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find which step fails."},
+    ]
+    for step in range(16):
+        body = {"model": "gpt-5", "messages": messages, "tools": CHAT_TOOLS, "max_tokens": 400}
+        reply = proxy.post("/v1/chat/completions", body, **{"x-agentcontext-session": "chat-1"})
+        calls = reply["choices"][0]["message"]["tool_calls"]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
+            }
+        )
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+    messages.append({"role": "user", "content": "Now answer: which step failed?"})
+    reply = proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": messages, "tools": CHAT_TOOLS})
+    assert reply["choices"][0]["message"]["content"] == "The third step failed."
+
+    sent = sent_since(upstream, start)
+    assert_fits(sent)
+    assert _check_openai({"model": "gpt-5", "messages": messages, "tools": CHAT_TOOLS})[1] > 2 * WINDOW
+    assert sent[0].body["messages"] == messages[:2]  # nothing to compact: forwarded as sent
+    for r in sent:
+        assert r.messages[0] == {"role": "system", "content": SYSTEM}
+        assert r.body["tools"] == CHAT_TOOLS
+    assert sent[-1].latest_user_text() == "Now answer: which step failed?"
+    assert len(sent[-1].messages) < len(messages)
+
+
+def claude_code_tools() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "Bash",
+            "description": "Executes a bash command.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        }
+    ]
+
+
+def test_claude_code_messages_fit_and_keep_what_it_sent(proxy: Proxy, upstream: ProviderServer) -> None:
+    """Claude Code's shape: system blocks with cache_control, thinking blocks, a moving breakpoint."""
+    start = len(upstream.requests)
+    system = [
+        {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}},
+    ]
+    breakpoint_ = {"type": "ephemeral"}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "Find which step fails."}]}
+    ]
+    bodies = []
+    for step in range(16):
+        # Claude Code puts its cache breakpoint on the newest message only.
+        sent_messages = json.loads(json.dumps(messages))
+        sent_messages[-1]["content"][-1]["cache_control"] = breakpoint_
+        body = {
+            "model": "claude-sonnet-4-5",
+            "system": system,
+            "messages": sent_messages,
+            "tools": claude_code_tools(),
+            "max_tokens": 1000,
+        }
+        bodies.append(body)
+        reply = proxy.post("/v1/messages", body, **{"anthropic-version": "2023-06-01"})
+        uses = [b for b in reply["content"] if b["type"] == "tool_use"]
+        assert uses
+        thinking = {"type": "thinking", "thinking": "Run the next step.", "signature": f"sig{step}"}
+        messages.append({"role": "assistant", "content": [thinking, *uses]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": u["id"], "content": output(step)} for u in uses
+                ],
+            }
+        )
+    sent = sent_since(upstream, start)
+    assert_fits(sent)
+    assert _check_anthropic(bodies[-1])[1] > 2 * WINDOW
+    assert sent[0].body["messages"] == bodies[0]["messages"]  # nothing to compact: forwarded as sent
+    for r, body in zip(sent, bodies, strict=True):
+        assert r.api == "anthropic"
+        assert r.body["system"] == system  # the system prompt, its cache_control included
+        assert r.body["tools"] == body["tools"]
+        assert r.messages[-1] == body["messages"][-1]  # the newest turn exactly as sent, breakpoint included
+        # The task, verbatim (after a summary, when there is one).
+        assert "Find which step fails." in r.texts()
+    assert len(sent[-1].messages) < len(bodies[-1]["messages"])
+
+
+def test_codex_responses_fit_with_reasoning_items(proxy: Proxy, upstream: ProviderServer) -> None:
+    """Codex's shape: instructions, reasoning items with encrypted content, function calls and outputs."""
+    start = len(upstream.requests)
+    tools = [
+        {
+            "type": "function",
+            "name": "shell",
+            "description": "Runs a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        }
+    ]
+    items: list[dict[str, Any]] = [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Find which step fails."}],
+        }
+    ]
+    bodies = []
+    for step in range(16):
+        body = {"model": "gpt-5", "instructions": SYSTEM, "input": items, "tools": tools, "store": False}
+        bodies.append(json.loads(json.dumps(body)))
+        reply = proxy.post("/v1/responses", body)
+        produced = [o for o in reply["output"] if o["type"] in ("reasoning", "function_call")]
+        assert [o["type"] for o in produced] == ["reasoning", "function_call"]
+        items = items + [{k: v for k, v in o.items() if v is not None} for o in produced]
+        items.append(
+            {"type": "function_call_output", "call_id": produced[-1]["call_id"], "output": output(step)}
+        )
+    items.append(
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now answer."}]}
+    )
+    reply = proxy.post(
+        "/v1/responses", {"model": "gpt-5", "instructions": SYSTEM, "input": items, "tools": tools}
+    )
+    sent = sent_since(upstream, start)
+    assert_fits(sent)
+    assert check_responses({"model": "gpt-5", "input": items, "tools": tools})[1] > 2 * WINDOW
+    assert sent[0].body["input"] == bodies[0]["input"]
+    for r in sent:
+        assert r.api == "responses"
+        assert r.body["instructions"] == SYSTEM
+    assert sent[-1].latest_user_text() == "Now answer."
+    assert len(sent[-1].items) < len(items)
+
+
+# ----------------------------------------------------------------------------- streams, bad input
+
+
+def long_chat(steps: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find which step fails."},
+    ]
+    for step in range(steps):
+        call = {"id": f"call_s{step}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output(step)})
+    messages.append({"role": "user", "content": "Now answer: which step failed?"})
+    return messages
+
+
+def test_a_streamed_reply_passes_through(proxy: Proxy, upstream: ProviderServer) -> None:
+    start = len(upstream.requests)
+    lines = proxy.stream("/v1/chat/completions", {"model": "gpt-5", "messages": long_chat(14)})
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "The third step failed."
+    (sent,) = sent_since(upstream, start)
+    assert_fits([sent])
+    assert sent.body["stream"] is True
+
+    start = len(upstream.requests)
+    events = proxy.stream(
+        "/v1/messages",
+        {
+            "model": "claude-sonnet-4-5",
+            "system": SYSTEM,
+            "max_tokens": 500,
+            "messages": [{"role": "user", "content": "Now answer: " + OUTPUT_LINE * 400}],
+        },
+    )
+    assert any('"text_delta"' in e and "The third step failed." in e for e in events)
+    (sent,) = sent_since(upstream, start)
+    assert_fits([sent])
+
+
+def test_unreadable_input_is_forwarded_unchanged_with_one_log_line(
+    proxy: Proxy, upstream: ProviderServer
+) -> None:
+    start = len(upstream.requests)
+    marker = "audio-part-7f3a"
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "input_audio", "input_audio": {"data": marker, "format": "wav"}}],
+        }
+    ]
+    proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": messages})
+    (sent,) = sent_since(upstream, start)
+    assert sent.body["messages"] == messages
+    lines = proxy.log_lines("agentcontext: /chat/completions request forwarded unchanged")
+    assert len([line for line in lines if "input_audio" in line]) == 1
+    # The proxy is still up and the hook still works.
+    proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": long_chat(12)})
+    assert_fits(sent_since(upstream, start + 1))
+    assert proxy.process.poll() is None
+
+
+def test_the_documentation_shows_the_files_the_proxy_ran() -> None:
+    doc = (ROOT / "docs" / "litellm.md").read_text()
+    for name in ("config.yaml", "agentcontext_hook.py"):
+        assert (EXAMPLE / name).read_text().strip() in doc, (
+            f"docs/litellm.md must show examples/litellm/{name}"
+        )
+
+
+# ----------------------------------------------------------------------------- trim_messages, beside the hook
+
+
+def parallel_calls(steps: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find which step fails."},
+    ]
+    for step in range(steps):
+        calls = [
+            {"id": f"c{step}{x}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+            for x in "ab"
+        ]
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+    return messages
+
+
+def hooked(messages: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """What the hook sends upstream for this chat request (in-process: the same hook the proxy runs)."""
+    hook = ContextHook(window=window, reserve=0)
+    data: dict[str, Any] = {"model": "gpt-4o", "messages": json.loads(json.dumps(messages))}
+    return asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))
+
+
+@pytest.mark.parametrize("budget", [2_000, 2_500, 3_000, 3_500])
+def test_trim_messages_parts_tool_results_from_their_calls(budget: int) -> None:
+    """litellm #4931: trimming keeps a tool result whose assistant tool call it dropped."""
+    messages = parallel_calls(6) + [{"role": "user", "content": "Now answer."}]
+    trimmed = trim_messages(messages, model="gpt-4o", max_tokens=budget)
+    problem, _ = _check_openai({"model": "gpt-4o", "messages": trimmed})
+    assert problem is not None and "must be a response to a preceeding message with 'tool_calls'" in problem
+
+    data = hooked(messages, budget)
+    problem, tokens = _check_openai(data)
+    assert problem is None and tokens <= budget
+    assert data["messages"][0] == messages[0] and data["messages"][-1] == messages[-1]
+    assert messages[1] in data["messages"]  # the task, verbatim
+
+
+def test_trim_messages_does_not_count_trailing_tool_results() -> None:
+    """#6505's fix sets trailing tool results aside and appends them after trimming, uncounted: over budget."""
+    messages = long_chat(12)[:-1]
+    trimmed = trim_messages(messages, model="gpt-4o", max_tokens=3_000)
+    assert trimmed[-1] == messages[-1]
+    assert _check_openai({"model": "gpt-4o", "messages": trimmed})[1] > 3_000
+
+    data = hooked(messages, 3_000)
+    problem, tokens = _check_openai(data)
+    assert problem is None and tokens <= 3_000
+    assert data["messages"][-2] == messages[-2]  # the newest call, answered by its (possibly cut) result
+    assert data["messages"][-1]["tool_call_id"] == messages[-1]["tool_call_id"]
+
+
+def test_trim_messages_returns_its_input_on_any_error() -> None:
+    """A system prompt given as content parts makes trim_messages fail, and it returns the input, over budget."""
+    messages = parallel_calls(6) + [{"role": "user", "content": "Now answer."}]
+    messages[0] = {"role": "system", "content": [{"type": "text", "text": SYSTEM}]}
+    trimmed = trim_messages(messages, model="gpt-4o", max_tokens=3_000)
+    assert trimmed is messages
+    assert _check_openai({"model": "gpt-4o", "messages": trimmed})[1] > 3_000
+
+    data = hooked(messages, 3_000)
+    problem, tokens = _check_openai(data)
+    assert problem is None and tokens <= 3_000
+    assert data["messages"][0] == messages[0]
+
+
+# ----------------------------------------------------------------------------- conversations, in-process
+
+
+def test_a_conversation_is_prepared_incrementally_and_a_header_names_it() -> None:
+    hook = ContextHook(window=WINDOW, reserve=500)
+    messages = long_chat(4)
+
+    def call(messages: list[dict[str, Any]], session: str | None) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": "gpt-4o", "messages": json.loads(json.dumps(messages))}
+        if session is not None:
+            data["proxy_server_request"] = {"headers": {"X-AgentContext-Session": session}}
+        return asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))
+
+    call(messages, None)
+    call(messages + [{"role": "assistant", "content": "ok"}], None)
+    call(messages, "a")
+    call(messages, "b")
+    names = sorted(name for _engine, name in hook._conversations)
+    assert names[:2] == ["chat:a", "chat:b"]
+    # The two calls without a header: one conversation (same system prompt and first user message).
+    assert len(names) == 3
