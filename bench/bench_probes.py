@@ -153,6 +153,8 @@ class Score:
 
     source: str
     retention: float
+    written: float = 0.0
+    """Retention with tool-call arguments read as written (JSON-unescaped), in the conversation and the output."""
     probes: dict[str, list[bool]] = field(default_factory=dict)
     failed: bool = False
     tokens: int = 0
@@ -207,6 +209,7 @@ def evaluate(
         ids = key_identifiers(prefix)
         if not ids:
             continue
+        written = key_identifiers(prefix, written=True)
         probes = build_probes(prefix)
         budget = max(4000, int(tokens * share))
         source = sources.get(path.stem, path.name.split("__")[0])
@@ -217,7 +220,9 @@ def evaluate(
                 out[name][path.stem] = Score(source, 0.0, failed=True)
                 continue
             context = context_text(fitted)
-            score = Score(source, retention(ids, fitted), tokens=count(fitted))
+            score = Score(
+                source, retention(ids, fitted), retention(written, fitted, written=True), tokens=count(fitted)
+            )
             for p in probes:
                 score.probes.setdefault(p.kind, []).append(answered(p, context))
             out[name][path.stem] = score
@@ -235,15 +240,18 @@ def report(results: dict[str, dict[str, Score]], share: float) -> None:
     groups = sorted({s.source for r in results.values() for s in r.values()})
     n = len(next(iter(results.values()))) if results else 0
     print(f"\n### Window {share:g} of each conversation ({n} conversations)\n")
-    print("Key identifiers kept (mean per conversation), then probes answered (mean per conversation):\n")
+    print(
+        "Key identifiers kept (mean per conversation; as written: arguments JSON-unescaped), then probes "
+        "answered (mean per conversation):\n"
+    )
     head = " | ".join(
         f"{g} (n={sum(1 for s in results[names[0]].values() if s.source == g)})" for g in groups
     )
-    print(f"| method | all | {head} | probes, all | " + " | ".join(groups) + " | failures |")
+    print(f"| method | all | {head} | as written | probes, all | " + " | ".join(groups) + " | failures |")
     print(
         "| --- | ---: | "
         + " | ".join("---:" for _ in groups)
-        + " | ---: | "
+        + " | ---: | ---: | "
         + " | ".join("---:" for _ in groups)
         + " | ---: |"
     )
@@ -255,6 +263,7 @@ def report(results: dict[str, dict[str, Score]], share: float) -> None:
         print(
             f"| {name} | **{mean([s.retention for s in scores]):.3f}** | "
             + " | ".join(ret)
+            + f" | {mean([s.written for s in scores]):.3f}"
             + f" | **{mean([s.probe_share for s in scores]):.3f}** | "
             + " | ".join(prb)
             + f" | {failures} |"
@@ -300,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                     cid: {
                         "source": s.source,
                         "retention": s.retention,
+                        "written": s.written,
                         "probes": s.probes,
                         "failed": s.failed,
                         "tokens": s.tokens,

@@ -73,36 +73,51 @@ def text_of(content: Any) -> str:
     return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
 
 
-def key_identifiers(msgs: Sequence[Msg]) -> set[str]:
-    """The external check's key identifiers of a conversation (user and assistant text, tool-call arguments)."""
+def _arguments(tc: Msg, written: bool) -> str:
+    """A tool call's arguments: the raw JSON string, or (``written``) its string values JSON-unescaped."""
+    args = (tc.get("function") or {}).get("arguments") or ""
+    if not written:
+        return args
+    try:
+        return "\n".join(_strings(json.loads(args)))
+    except ValueError:
+        return args
+
+
+def key_identifiers(msgs: Sequence[Msg], *, written: bool = False) -> set[str]:
+    """The external check's key identifiers of a conversation (user and assistant text, tool-call arguments).
+
+    ``written``: the arguments are read as the agent wrote them, not as JSON escapes them, so that a name
+    after an escaped new line (``\\nadd_node``) is ``add_node``, not ``nadd_node``; otherwise the same.
+    """
     out: set[str] = set()
     for m in msgs:
         if m.get("role") not in ("user", "assistant"):
             continue
         text = text_of(m.get("content"))
         for tc in m.get("tool_calls") or []:
-            text += "\n" + ((tc.get("function") or {}).get("arguments") or "")
+            text += "\n" + _arguments(tc, written)
         out.update(x for x in ID_RE.findall(text) if len(x) >= 4)
     return out
 
 
-def raw_text(msgs: Sequence[Msg]) -> str:
+def raw_text(msgs: Sequence[Msg], *, written: bool = False) -> str:
     """Every message's text and every tool call's name and arguments, as the external check reads them."""
     parts = []
     for m in msgs:
         parts.append(text_of(m.get("content")))
         for tc in m.get("tool_calls") or []:
             f = tc.get("function") or {}
-            parts.append((f.get("name") or "") + " " + (f.get("arguments") or ""))
+            parts.append((f.get("name") or "") + " " + _arguments(tc, written))
     return "\n".join(parts)
 
 
-def retention(ids: Iterable[str], msgs: Sequence[Msg]) -> float:
+def retention(ids: Iterable[str], msgs: Sequence[Msg], *, written: bool = False) -> float:
     """The share of ``ids`` found in ``msgs`` (1.0 when there are none)."""
     ids = list(ids)
     if not ids:
         return 1.0
-    text = raw_text(msgs)
+    text = raw_text(msgs, written=written)
     return sum(1 for x in ids if x in text) / len(ids)
 
 

@@ -23,6 +23,7 @@ from agentcontext.summarizers import (
     render_transcript,
 )
 from agentcontext.summarizers._extractive import parse_snapshot
+from agentcontext.summarizers._identifiers import arguments_text
 from agentcontext.testing import make_conversation
 from agentcontext.tokens import TiktokenCounter
 
@@ -362,6 +363,72 @@ def test_a_small_summary_keeps_what_the_task_touched_before_what_tool_output_lis
     assert "src/core/cache.py" in second and "KeyError" in second and "PRJ-4821" in second
 
 
+def test_what_a_multi_line_command_wrote_is_read_as_written() -> None:
+    # JSON escapes the new lines of a command: read raw, ``\\nadd_local_node`` hides the name the agent
+    # was writing and ``\\n/repo/...`` becomes a path ``n/repo/...`` that does not exist.
+    script = (
+        "cat > src/graph.py << 'EOF'\ndef add_local_node(graph, node):\n    graph.nodes.append(node)\nEOF\n"
+        "/repo/tools/check.sh\ncurl -s http://localhost:8000/api/nodes\npython -c 'import graph'"
+    )
+    msgs = [
+        Message(role="user", content="Let nodes be added locally."),
+        Message(role="assistant", tool_calls=(call("c1", "bash", command=script),)),
+        Message(role="tool", tool_call_id="c1", content="ok"),
+    ]
+    text = summarize(msgs)
+    assert "add_local_node" in text and "graph.nodes.append" in text
+    assert "http://localhost:8000/api/nodes" in text and "/api/nodes\\" not in text
+    sections = parse_snapshot(text)
+    assert sections is not None
+    files = {
+        path
+        for item in sections["file_system_state"] + sections.get("artifact_trail", [])
+        for path in item.partition(": ")[2].split(", ")
+    }
+    assert files == {"src/graph.py", "/repo/tools/check.sh"}
+
+
+def test_a_list_of_names_in_tool_output_is_not_an_error() -> None:
+    listing = (
+        "__all__ = [\n    'HttpRequest', 'QueryDict', 'RawPostDataException', 'UnreadablePostError',\n"
+        "    HttpResponseNotAllowed, HttpResponseGone, HttpResponseServerError,\n]\n"
+    )
+    msgs = [
+        Message(role="user", content="What does django.http export?"),
+        Message(role="assistant", tool_calls=(call("c1", "bash", command="cat django/http/__init__.py"),)),
+        Message(role="tool", tool_call_id="c1", content=listing),
+        Message(role="assistant", tool_calls=(call("c2", "bash", command="python t.py"),)),
+        Message(role="tool", tool_call_id="c2", content="ImportError: cannot import name 'QueryDict', 'x'"),
+    ]
+    sections = parse_snapshot(summarize(msgs))
+    assert sections is not None
+    errors = [k for k in sections["key_knowledge"] if k.startswith("error: ")]
+    recent = "\n".join(sections["recent_actions"])
+    assert not errors or errors == ["error: ImportError: cannot import name 'QueryDict', 'x'"]
+    assert "ImportError: cannot import name 'QueryDict', 'x'" in recent + "\n".join(errors)
+    assert "UnreadablePostError," not in "\n".join(errors)
+
+
+def test_every_identifier_listed_is_written_in_the_real_conversation() -> None:
+    # The index lists strings an agent can use: each is in the conversation as the user, the agent
+    # (its words and its tool calls' argument values) or a tool wrote it, not an artefact of JSON escaping.
+    for entry in realdata.manifest():
+        msgs = to_messages(realdata.load(entry["path"]))
+        written = "\n".join(
+            [m.text for m in msgs]
+            + [arguments_text(c.parsed_arguments()) for m in msgs for c in m.tool_calls]
+        )
+        sections = parse_snapshot(summarize(msgs[1:], max_tokens=100_000))
+        assert sections is not None
+        for key in ("key_knowledge", "file_system_state", "artifact_trail"):
+            for item in sections.get(key, []):
+                label, _, rest = item.partition(": ")
+                if label not in ("ids", "names", "read", "modified", "created", "deleted"):
+                    continue
+                for ident in rest.split(", "):
+                    assert ident in written, (entry["file"], label, ident)
+
+
 def test_configuration_is_checked() -> None:
     with pytest.raises(ConfigError, match="max_tokens"):
         ExtractiveSummarizer(max_tokens=3)
@@ -404,6 +471,22 @@ def test_on_a_real_coding_trajectory() -> None:
 )
 def test_identifiers_are_found(text: str, expected: list[str]) -> None:
     assert extract_identifiers(text) == expected
+
+
+def test_tool_call_arguments_are_read_as_written() -> None:
+    args = {
+        "command": "cd /repo\nadd_node(1)",
+        "flags": ["-x", "-q"],
+        "timeout": 30,
+        "opts": {"user_id": "U7"},
+    }
+    # Each value after its key (a nested one after its own key), one a line; lists repeat their key.
+    assert (
+        arguments_text(args)
+        == "command: cd /repo\nadd_node(1)\nflags: -x\nflags: -q\ntimeout: 30\nuser_id: U7"
+    )
+    assert arguments_text("not json {") == "not json {"
+    assert extract_identifiers(arguments_text({"command": "ls\n/etc/hosts"})) == ["/etc/hosts"]
 
 
 @pytest.mark.parametrize(

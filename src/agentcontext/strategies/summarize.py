@@ -41,7 +41,7 @@ from ..compaction import (
 )
 from ..exceptions import ConfigError, SummarizerBackoff, SummarizerError, SummarizerTimeout
 from ..messages import Message, ToolCall, derive_id, safe_split_points
-from ..summarizers._identifiers import extract_identifiers
+from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
 from ..summarizers._transcript import Language, detect_language
 from ._base import (
@@ -674,7 +674,7 @@ def _identifiers(messages: Sequence[Message]) -> list[str]:
         for ident in extract_identifiers(text):
             found.setdefault(ident, None)
         for call in m.tool_calls:
-            for ident in extract_identifiers(call.arguments):
+            for ident in extract_identifiers(arguments_text(call.parsed_arguments())):
                 found.setdefault(ident, None)
     return list(found)
 

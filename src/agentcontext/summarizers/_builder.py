@@ -26,7 +26,7 @@ from ._commands import (
     outcome,
     test_summary,
 )
-from ._identifiers import extract_identifiers
+from ._identifiers import arguments_text, extract_identifiers
 from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex
 from ._snapshot import LABELS, parse_snapshot, split_label
 from ._transcript import Language
@@ -146,13 +146,15 @@ def _add_call(
         parsed = arguments
     change = is_change(name, parsed)
     brief = brief_arguments(arguments, _CHANGE_LIMIT if change else 160)
-    state.index.add_text(arguments, tier=TARGET, when=when)
+    # Read as the agent wrote them, not as JSON escapes them (a name after an escaped new line).
+    written = arguments_text(parsed)
+    state.index.add_text(written, tier=TARGET, when=when)
     command = f"{name} {arguments}"
-    for ident in extract_identifiers(arguments):
+    for ident in extract_identifiers(written):
         # ``/dev/null`` and friends are where output goes, not files the task works on.
         if "://" in ident or ident.startswith("/dev/") or ident[0] in "0123456789$#":
             continue
-        if "/" in ident or ("." in ident and not _imported(ident, arguments)):
+        if "/" in ident or ("." in ident and not _imported(ident, written)):
             state.add_file(ident, file_op(command, ident))
     text = result.text if result is not None else ""
     shell = parsed.get("command") if isinstance(parsed, dict) else parsed

@@ -59,6 +59,9 @@ _CODE_LINE = re.compile(
     r"if\b|elif\b|try\b|with\b|throw\b|catch\b|const\b|let\b|var\b|new\s)"
     r"|assertRaises|pytest\.raises|\braise\s+[A-Z]|\bexcept\s+\(?[A-Z]"
 )
+# A line that is only names and commas (``HttpRequest, QueryDict, UnreadablePostError,``): a list in
+# source code (``__all__``, an import) or a listing, which names errors without reporting one.
+_NAME_LIST = re.compile(r"""^(?:['"]?[\w.]+['"]?\s*,\s*)+(?:['"]?[\w.]+['"]?)?$""")
 _EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception)\b")
 _TRACEBACK_HEAD = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 # A test run's result line: pytest's closing counts, unittest's "Ran N tests" and its verdict,
@@ -205,7 +208,7 @@ def _is_error_report(line: str) -> bool:
         # A numbered line is a listing or a grep hit; keep it only when the rest reads as a
         # report (``src/app.py:12: error: ...`` from a linter, a log line), not as code.
         return _REPORT_START.match(line[numbered.end() :].lstrip()) is not None
-    return _CODE_LINE.search(line) is None
+    return _CODE_LINE.search(line) is None and _NAME_LIST.match(line) is None
 
 
 def test_summary(text: str, *, command: str = "") -> str | None:

@@ -14,11 +14,15 @@ counts as kept when the exact string appears in the summary.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable
 
+from ..messages import JSONValue
+
 __all__ = [
     "IdentifierKind",
+    "arguments_text",
     "classify_identifier",
     "extract_identifiers",
     "extract_numbers",
@@ -220,6 +224,37 @@ def extract_numbers(text: str) -> list[str]:
             continue
         found.setdefault(m.group(0), None)
     return list(found)
+
+
+def arguments_text(arguments: JSONValue) -> str:
+    """A tool call's parsed arguments as text to read identifiers from: each value as the agent wrote it.
+
+    The raw JSON escapes what a command or an edit spans lines with: read as text, ``\\nadd_node(x)``
+    hides ``add_node`` (a name must not follow a word character) and ``"cd x\\n/repo/a.py"`` yields a
+    path ``n/repo/a.py`` that does not exist. So string values are unescaped, one a line, each after its
+    key (``reservation_id: 8JX2WO``: a key names what its value is); other values are written as JSON.
+    A string that was not JSON is returned as it is.
+
+    >>> arguments_text({"command": "cd /repo\\nadd_node(1)", "timeout": 30})
+    'command: cd /repo\\nadd_node(1)\\ntimeout: 30'
+    """
+    if isinstance(arguments, str):
+        return arguments
+    parts: list[str] = []
+
+    def walk(value: JSONValue, key: str | None) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            parts.append(text if key is None else f"{key}: {text}")
+
+    walk(arguments, None)
+    return "\n".join(parts)
 
 
 def _is_noise(value: str) -> bool:
