@@ -108,8 +108,9 @@ def test_readme_session_tour_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 # Pages whose every Python block a test runs as written (tests/test_integration_langchain.py,
-# test_integrations_pydantic_ai.py, test_docs_openai_agents.py, test_session_databases.py).
-RUN_DOCS = ["langchain.md", "pydantic_ai.md", "openai_agents.md", "sessions-on-databases.md"]
+# test_integrations_pydantic_ai.py, test_docs_openai_agents.py, test_session_databases.py; litellm.md's is
+# the hook file the proxy in test_integration_litellm.py loads, checked to be the same).
+RUN_DOCS = ["langchain.md", "pydantic_ai.md", "openai_agents.md", "sessions-on-databases.md", "litellm.md"]
 
 
 def test_every_other_readme_snippet_is_a_slice_of_a_docs_page_whose_code_runs() -> None:
@@ -128,3 +129,11 @@ def test_every_other_readme_snippet_is_a_slice_of_a_docs_page_whose_code_runs() 
         assert any(block in code for code in runs), (
             f"README snippet not found verbatim in {RUN_DOCS}:\n{block}"
         )
+
+
+def test_the_readme_proxy_config_is_a_slice_of_the_config_the_proxy_tests_load() -> None:
+    config = (README.parent / "examples" / "litellm" / "config.yaml").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    assert blocks
+    for block in blocks:
+        assert block in config, f"README yaml not found verbatim in examples/litellm/config.yaml:\n{block}"
