@@ -606,3 +606,31 @@ def test_engine_ingest_tokenizes_o_kept_characters() -> None:
     assert len(cut.text) < len(output) // 4
     # The cut (about 250 KB kept of 4 MB) and the count of the message that replaces it, not the output.
     assert counter.stats.chars_tokenized <= len(output) // 4
+
+
+def test_prepare_tokenizes_a_tool_output_kept_whole_once() -> None:
+    """Ingest truncation checks each new tool output against its token limit, and the engine then counts the
+    message: the text is encoded once, not twice (on a long first prepare that was a third of the time)."""
+    from agentcontext import ContextEngine
+    from agentcontext.messages import ToolCall
+    from agentcontext.tokens import TiktokenCounter
+
+    class Encoding(TiktokenCounter):
+        def __init__(self) -> None:
+            super().__init__("o200k_base")
+            self.encoded: list[str] = []
+
+        def _count(self, text: str) -> int:
+            self.encoded.append(text)
+            return super()._count(text)
+
+    counter = Encoding()
+    msgs = [Message(role="system", content="sys"), Message(role="user", content="task")]
+    for i in range(300):  # more outputs than the counter's cache of recent texts holds
+        msgs.append(Message(role="assistant", tool_calls=(ToolCall(id=f"c{i}", name="cat", arguments="{}"),)))
+        msgs.append(Message(role="tool", tool_call_id=f"c{i}", content=f"output {i}: " + "word " * 400))
+    engine = ContextEngine(window=1_000_000, counter=counter)
+    assert engine.truncator is not None and engine.truncator.max_tokens is not None
+    engine.prepare(msgs)
+    outputs = [t for t in counter.encoded if t.startswith("output ")]
+    assert len(outputs) == 300 and len(set(outputs)) == 300

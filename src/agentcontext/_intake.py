@@ -122,11 +122,11 @@ def count_new(
             f"the conversation ends with tool calls that were never answered ({pending}); append their "
             "results before preparing, or drop strict=True to have stub results added"
         )
-    processed = (
-        truncate_new(repaired, actions, truncator, counter, artifacts) if truncator is not None else repaired
-    )
+    if truncator is not None:
+        processed, counts = truncate_new(repaired, actions, truncator, counter, artifacts)
+    else:
+        processed, counts = repaired, [counter.count_message(m) for m in repaired]
     stubs = tuple(repair_state.pending_stubs())
-    counts = [counter.count_message(m) for m in processed]
     tokens = base_tokens + sum(counts)
     tokens += sum(counter.count_message(m) for m in stubs) + reply_overhead
     if aligned:
@@ -159,11 +159,18 @@ def truncate_new(
     truncator: ObservationTruncator,
     counter: TokenCounter,
     artifacts: ArtifactStore | None,
-) -> list[Message]:
-    """Cut tool outputs over the ingest limit (the full text goes to the artifact store)."""
+) -> tuple[list[Message], list[int]]:
+    """Cut tool outputs over the ingest limit (the full text goes to the artifact store); count each message.
+
+    Each message is counted right after the truncator looked at it, while the
+    counter still holds the count of the text the truncator just checked: a
+    tool output kept whole is tokenized once, not once here and once more when
+    every new message is counted (that doubled the first prepare of a long history).
+    """
     if artifacts is not None and artifacts is not truncator.store:
         truncator = dataclasses.replace(truncator, store=artifacts)
     out: list[Message] = []
+    counts: list[int] = []
     for m in messages:
         if m.role == "tool" and "agentcontext" not in m.metadata:
             short, result = truncate_message(m, truncator)
@@ -189,7 +196,8 @@ def truncate_new(
                 )
                 m = short
         out.append(m)
-    return out
+        counts.append(counter.count_message(m))
+    return out, counts
 
 
 def floor_of(counted: Counted, counter: TokenCounter) -> _Floor:
