@@ -11,7 +11,10 @@
    engine call. Reported: client-measured latency p50/p99 with and without the
    hook, and their difference.
 2. **The hook alone, in-process**: ``ContextHook.async_pre_call_hook`` on the
-   same requests, timed per call (what the proxy's pre-call loop spends in it).
+   same requests, timed per call (what the proxy's pre-call loop spends in it);
+   then the same with ``sessions=`` a PostgreSQL database (``--postgres``, a
+   fresh schema made and dropped): each request also reads the records other
+   proxies wrote, appends its two new messages and takes the session's lease.
 3. **Beside ``trim_messages``** on the same 2,000-message conversation at a
    window a quarter of its size: time per call and whether the output is a valid
    Chat Completions request that fits (``agentcontext.check_messages`` and
@@ -20,6 +23,7 @@
 
 Run:  python bench/bench_litellm.py                 (about four minutes on 2 cores)
       python bench/bench_litellm.py --steps 30       (a smoke run)
+      python bench/bench_litellm.py --only-in-process (the in-process rows: about a minute)
 """
 
 from __future__ import annotations
@@ -234,9 +238,9 @@ def through_proxies(start: int, steps: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def in_process(start: int, steps: int) -> tuple[float, float]:
+def in_process(start: int, steps: int, sessions: str | None = None) -> tuple[float, float]:
     full = conversation(start + 2 * steps)
-    hook = ContextHook(window=1_000_000)
+    hook = ContextHook(window=1_000_000, sessions=sessions)
 
     async def run() -> list[float]:  # one event loop, as in the proxy
         samples = []
@@ -250,7 +254,35 @@ def in_process(start: int, steps: int) -> tuple[float, float]:
             assert result is data and data["messages"] == body["messages"]  # forwarded untouched
         return samples
 
-    return percentiles(asyncio.run(run())[1:])  # the first request is a full pass
+    try:
+        return percentiles(asyncio.run(run())[1:])  # the first request is a full pass
+    finally:
+        hook.close()
+
+
+@contextmanager
+def postgres_schema(base: str) -> Iterator[str | None]:
+    """A fresh schema with agentcontext's tables on ``base`` (dropped after), or None when it does not answer."""
+    try:
+        import psycopg
+
+        psycopg.connect(base, connect_timeout=3).close()
+    except Exception as e:
+        print(f"PostgreSQL at {base} unavailable ({type(e).__name__}): no session row")
+        yield None
+        return
+    from agentcontext.session.stores import open_database
+
+    schema = f"bench_litellm_{os.getpid()}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    database = open_database(url)
+    try:
+        database.init()
+        yield url
+    finally:
+        database.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def valid_and_fits(messages: list[dict[str, Any]]) -> tuple[bool, int]:
@@ -294,6 +326,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument(
+        "--postgres",
+        default="postgresql://postgres@127.0.0.1:5432/test",
+        help="PostgreSQL database for the session row (a fresh schema is made and dropped)",
+    )
+    parser.add_argument("--only-in-process", action="store_true", help="skip the proxies and trim_messages")
     args = parser.parse_args()
     print(
         f"python {platform.python_version()}, {os.cpu_count()} cores; conversation from {args.messages:,} messages"
@@ -302,6 +340,12 @@ def main() -> None:
     print(
         f"\nContextHook.async_pre_call_hook in-process, nothing to compact: p50 {hook_p50:.2f} ms, p99 {hook_p99:.2f} ms"
     )
+    with postgres_schema(args.postgres) as url:
+        if url is not None:
+            p50, p99 = in_process(args.messages, 300, sessions=url)
+            print(f"  the same with a PostgreSQL session (sessions=URL): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    if args.only_in_process:
+        return
     print("\nThrough the proxy (client-measured, ms)      p50      p99")
     for name, (p50, p99) in through_proxies(args.messages, args.steps).items():
         print(f"  {name:<40} {p50:8.2f} {p99:8.2f}")

@@ -21,23 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 from litellm.utils import trim_messages
 
 from agentcontext.integrations.litellm import ContextHook
+from litellm_proxy import EXAMPLE, ROOT, Proxy, documented_config, start_proxy
 from providers import (
     ProviderServer,
     Reply,
@@ -47,10 +38,7 @@ from providers import (
     check_responses,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "litellm"
 WINDOW = 6_000
-MASTER_KEY = "sk-" + "5e" * 32
 SYSTEM = "You are a careful engineer. Use the run tool, then answer."
 OUTPUT_LINE = "line of output for the step: lorem ipsum dolor sit amet\n"
 
@@ -70,53 +58,6 @@ def policy(request: Request) -> Reply:
 # ----------------------------------------------------------------------------- the proxy
 
 
-@dataclass
-class Proxy:
-    url: str
-    log: Path
-    process: subprocess.Popen[bytes]
-
-    def post(self, path: str, body: dict[str, Any], **headers: str) -> dict[str, Any]:
-        response = httpx.post(
-            self.url + path,
-            json=body,
-            headers={"authorization": f"Bearer {MASTER_KEY}", **headers},
-            timeout=60,
-        )
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def stream(self, path: str, body: dict[str, Any]) -> list[str]:
-        with httpx.stream(
-            "POST",
-            self.url + path,
-            json={**body, "stream": True},
-            headers={"authorization": f"Bearer {MASTER_KEY}"},
-            timeout=60,
-        ) as response:
-            assert response.status_code == 200, response.read()
-            return [line for line in response.iter_lines() if line]
-
-    def log_lines(self, needle: str) -> list[str]:
-        return [line for line in self.log.read_text(errors="replace").splitlines() if needle in line]
-
-
-def documented_config(upstream: ProviderServer) -> dict[str, Any]:
-    """examples/litellm/config.yaml with its deployments pointed at the loopback provider, at its window."""
-    config = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
-    for deployment in config["model_list"]:
-        params = deployment["litellm_params"]
-        params["api_base"] = upstream.openai_url if params["model"].startswith("openai/") else upstream.root
-        deployment["model_info"]["max_input_tokens"] = WINDOW
-    return dict(config)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[ProviderServer]:
     with ProviderServer(window=WINDOW, policy=policy, reasoning=True) as server:
@@ -125,47 +66,8 @@ def upstream() -> Iterator[ProviderServer]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: ProviderServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    directory = tmp_path_factory.mktemp("litellm")
-    shutil.copy(EXAMPLE / "agentcontext_hook.py", directory / "agentcontext_hook.py")
-    (directory / "config.yaml").write_text(yaml.safe_dump(documented_config(upstream)))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL")}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
-        LITELLM_MASTER_KEY=MASTER_KEY,
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        LITELLM_TELEMETRY="False",
-        ANTHROPIC_API_KEY="test",
-        OPENAI_API_KEY="test",
-    )
-    log = directory / "proxy.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "litellm.proxy.proxy_cli", "--config", "config.yaml", "--port", str(port)],
-            cwd=directory,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    try:
-        while True:  # wait until it answers (or died)
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the proxy did not start in 120 s"
-            try:
-                if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield Proxy(url=url, log=log, process=process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with start_proxy(documented_config(upstream, WINDOW), tmp_path_factory.mktemp("litellm")) as running:
+        yield running
 
 
 def sent_since(upstream: ProviderServer, start: int) -> list[Request]:

@@ -43,6 +43,26 @@ and the prompt prefix stays stable between compactions (provider prompt caches
 keep hitting). A conversation is named by the ``x-agentcontext-session`` request
 header, else by a hash of its system prompt and first user message.
 
+**Sessions.** With ``sessions=`` (a database URL, ``postgresql://...``,
+``redis://...`` or ``sqlite:///...``, or a directory for JSON Lines files; else
+the ``AGENTCONTEXT_SESSIONS`` environment variable, which config.yaml can set
+under ``environment_variables:``), each conversation is an agentcontext
+`agentcontext.session.Session` on that store, named by the conversation's key.
+Every client message is logged once, in order (a request appends only what the
+session has not logged; ids are the formats' deterministic chain ids, so every
+proxy derives the same ones); a client that rewrote its history (Claude Code and
+Codex compact their own) has the differing tail taken back with a recorded
+`Session.rewind`, never deleted. The request is prepared through the session, so
+a compaction is a record in the store: compacted originals stay recallable
+(``Session.open(URL).recall(...)``), and several proxies in front of one
+PostgreSQL or Redis serve one conversation with one compaction history and one
+prompt prefix (the session catches up on the records it missed, and holds the
+session's lease while it prepares). The ``max_sessions`` most recently used
+sessions stay open. When the store fails (a server down, a database never
+initialised), the request is fitted in memory as without ``sessions``, with one
+warning line; the messages it carried are logged by the next request that
+reaches the store (a client always sends its whole history).
+
 **What it leaves alone.** A request it cannot read (a malformed message, a
 content part agentcontext does not model in a Chat Completions request, a model
 whose window nobody knows) or cannot fit (the system prompt, tools and latest
@@ -57,23 +77,43 @@ Requires ``pip install 'agentcontext[litellm]'``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import os
+import re
 import sys
+import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from urllib.parse import urlencode
 
+from ..compaction import MessageKind, kind_of, original_id
 from ..engine import ContextEngine, Engine, EngineState
-from ..exceptions import AgentContextError, ConfigError, ConversionWarning, MissingDependencyError
+from ..exceptions import (
+    AgentContextError,
+    ConfigError,
+    ConversionWarning,
+    MissingDependencyError,
+    RecallError,
+    StoreError,
+    StoreNotInitializedError,
+    StoreUnavailableError,
+    UsageError,
+)
 from ..formats import anthropic, responses
 from ..formats import openai as oai
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
 from ..models import ModelSpec, get
 from ..tokens import counter_for_tokenizer
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 try:
     from litellm.integrations.custom_logger import CustomLogger
@@ -82,10 +122,16 @@ except ImportError as e:  # pragma: no cover - exercised without the extra insta
         "agentcontext.integrations.litellm needs LiteLLM: pip install 'agentcontext[litellm]'"
     ) from e
 
-__all__ = ["SESSION_HEADER", "ContextHook"]
+__all__ = ["SESSIONS_ENV", "SESSION_HEADER", "ContextHook"]
 
 SESSION_HEADER = "x-agentcontext-session"
 """The request header that names a conversation (else: a hash of its system prompt and first user message)."""
+
+SESSIONS_ENV = "AGENTCONTEXT_SESSIONS"
+"""The environment variable giving ``sessions=`` when the hook is built without it (config.yaml can set it)."""
+
+STORE_RETRY = 10.0
+"""Seconds the hook fits requests in memory after its store was found unavailable, before trying it again."""
 
 logger = logging.getLogger("agentcontext.litellm")
 
@@ -109,11 +155,12 @@ _MISSING = object()
 
 
 class _LRU(MutableMapping[_K, _V]):
-    """A dict that forgets its least recently used entries past ``size``."""
+    """A dict that forgets its least recently used entries past ``size`` (``evicted`` is told of each)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, evicted: Callable[[_V], None] | None = None) -> None:
         self._data: OrderedDict[_K, _V] = OrderedDict()
         self._size = size
+        self._evicted = evicted
 
     def __getitem__(self, key: _K) -> _V:
         value = self._data[key]
@@ -124,7 +171,9 @@ class _LRU(MutableMapping[_K, _V]):
         self._data[key] = value
         self._data.move_to_end(key)
         while len(self._data) > self._size:
-            self._data.popitem(last=False)
+            _, old = self._data.popitem(last=False)
+            if self._evicted is not None:
+                self._evicted(old)
 
     def __delitem__(self, key: _K) -> None:
         del self._data[key]
@@ -177,6 +226,12 @@ class ContextHook(CustomLogger):
         header: the request header naming a conversation.
         engine: builds the engine for a ``(model group, window, reserve)``, for engine options
             (a summarizer, thresholds...); default ``ContextEngine(spec, window=, reserve=)``.
+        sessions: where each conversation is kept as a `Session` (see the module docstring): a
+            ``postgresql://``, ``redis://`` or ``sqlite:///`` URL without ``session=`` (the hook
+            names one session per conversation), or a directory for JSON Lines files (one proxy
+            process only: a file has one writer). Default: the ``AGENTCONTEXT_SESSIONS``
+            environment variable, else none (each proxy keeps its conversations in memory).
+        max_sessions: how many sessions to keep open (least recently used closed).
 
     Raises:
         ConfigError: a bad option (named).
@@ -191,13 +246,22 @@ class ContextHook(CustomLogger):
         max_conversations: int = 1024,
         header: str = SESSION_HEADER,
         engine: Callable[[ModelSpec | None, int, int], Engine] | None = None,
+        sessions: str | os.PathLike[str] | None = None,
+        max_sessions: int = 64,
     ) -> None:
         super().__init__()
         for name, value in (("window", window), ("reserve", reserve)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"{name} must be a non-negative int (tokens) or None, got {value!r}")
-        if not (isinstance(max_conversations, int) and max_conversations > 0):
-            raise ConfigError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        for name, value in (("max_conversations", max_conversations), ("max_sessions", max_sessions)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if sessions is None:
+            sessions = os.environ.get(SESSIONS_ENV) or None
+        self.sessions = _SessionPlace.of(sessions) if sessions is not None else None
+        self._sessions: _LRU[str, _Open] = _LRU(max_sessions, evicted=_close)
+        self._store_retry_at = 0.0
+        self._opening = asyncio.Lock()
         self.window = window
         self.reserve = reserve
         self.model = get(model) if model is not None else None
@@ -232,6 +296,12 @@ class ContextHook(CustomLogger):
             )
         return data
 
+    def close(self) -> None:
+        """Close the sessions the hook holds open (a later request opens its session again)."""
+        while self._sessions:
+            _, opened = self._sessions.popitem()
+            _close(opened)
+
     # ------------------------------------------------------------------ one request
 
     async def _prepare(self, api: Api, data: dict[str, Any]) -> None:
@@ -241,21 +311,26 @@ class ContextHook(CustomLogger):
         if not isinstance(group, str) or not group:
             raise _Skip(f"no model name (got {group!r})")
         engine = self._engine(group, api, data)
-        conversation = self._conversation(api, data, id(engine))
+        name = self._name(api, data)
+        conversation = self._conversation(name, id(engine))
         messages, instructions = self._convert(api, data, conversation)
-        try:
-            prepared = await engine.aprepare(
-                messages,
-                tools=self._tool_definitions(data.get("tools")),
-                instructions=instructions,
-                state=conversation.state,
-            )
-        except AgentContextError as e:
-            raise _Skip(f"{type(e).__name__}: {e}") from None
-        conversation.state = prepared.state
-        out = prepared.messages
-        if prepared.compaction is None and len(out) == len(messages):
-            return  # the input, unchanged: send the request as it came
+        tools = self._tool_definitions(data.get("tools"))
+        out: Sequence[Message] | None = None
+        if self.sessions is not None:
+            out = await self._session_prepare(api, name, engine, messages, tools, instructions)
+        if out is None:
+            try:
+                prepared = await engine.aprepare(
+                    messages, tools=tools, instructions=instructions, state=conversation.state
+                )
+            except AgentContextError as e:
+                raise _Skip(f"{type(e).__name__}: {e}") from None
+            conversation.state = prepared.state
+            out = prepared.messages
+            if prepared.compaction is None and len(out) == len(messages):
+                return  # the input, unchanged: send the request as it came
+        elif len(out) == len(messages) and all(a.id == b.id for a, b in zip(out, messages, strict=True)):
+            return
         fitted = list(out)
         if api == "chat":
             data["messages"] = oai.from_messages(fitted, validate=False)
@@ -269,13 +344,83 @@ class ContextHook(CustomLogger):
         else:
             data["input"] = responses.from_messages(fitted, validate=False, cache=conversation.cache)
 
+    # ------------------------------------------------------------------ the session
+
+    async def _session_prepare(
+        self,
+        api: Api,
+        name: str,
+        engine: Engine,
+        messages: list[Message],
+        tools: list[Mapping[str, JSONValue]] | None,
+        instructions: str | None,
+    ) -> Sequence[Message] | None:
+        """The messages to send, prepared through the conversation's session; None: fit in memory instead.
+
+        Store failures are logged (one line) and answered with None; the engine's own
+        errors (the request cannot fit) are `_Skip`, as without sessions.
+        """
+        place = self.sessions
+        assert place is not None
+        if time.monotonic() < self._store_retry_at:
+            return None  # the store was down moments ago (logged then): fit in memory until the retry time
+        opened: _Open | None = None
+        try:
+            opened = await self._open(place, name, engine)
+            async with opened.lock:
+                await asyncio.to_thread(_sync, opened, messages)
+                prepared = await opened.session.aprepare(tools=tools, instructions=instructions)
+        except AgentContextError as e:
+            if not isinstance(e, StoreError):
+                raise _Skip(f"{type(e).__name__}: {e}") from None
+            if isinstance(e, StoreUnavailableError | StoreNotInitializedError):
+                self._store_retry_at = time.monotonic() + STORE_RETRY
+                then = f"for the next {STORE_RETRY:g} s"
+            else:
+                then = "for this request"
+            if opened is not None and self._sessions.get(name) is opened:
+                del self._sessions[name]  # reopened (restored) by the next request
+                _close(opened)
+            logger.warning(
+                "agentcontext: %s request: session store %s failed (%s: %s); conversations are fitted in "
+                "memory %s, and their messages logged once the store answers",
+                _ROUTES[api],
+                place.shown,
+                type(e).__name__,
+                e,
+                then,
+            )
+            return None
+        return prepared.messages
+
+    async def _open(self, place: _SessionPlace, name: str, engine: Engine) -> _Open:
+        """The conversation's open session, with ``engine`` (opened, or reopened when it has another)."""
+        opened = self._sessions.get(name)
+        if opened is not None and opened.session.engine is engine:
+            return opened
+        async with self._opening:  # one open at a time: two requests of a new conversation open it once
+            opened = self._sessions.get(name)
+            if opened is not None and opened.session.engine is engine:
+                return opened
+            if opened is not None:  # another engine (a request with another max_tokens): reopen with this one
+                async with opened.lock:
+                    del self._sessions[name]
+                    await asyncio.to_thread(_close, opened)
+            session = await asyncio.to_thread(place.open, name, engine)
+            opened = self._sessions[name] = _Open(session)
+            return opened
+
     # ------------------------------------------------------------------ the conversation
 
-    def _conversation(self, api: Api, data: Mapping[str, Any], engine: int) -> _Conversation:
+    def _name(self, api: Api, data: Mapping[str, Any]) -> str:
+        """The conversation's key: the header's value, else a hash of its system prompt and first message."""
         name = _header(data, self.header)
         if name is None:
             name = "hash:" + hashlib.sha256(canonical_json(_identity(api, data)).encode()).hexdigest()
-        key = (engine, f"{api}:{name}")
+        return f"{api}:{name}"
+
+    def _conversation(self, name: str, engine: int) -> _Conversation:
+        key = (engine, name)
         conversation = self._conversations.get(key)
         if conversation is None:
             conversation = _Conversation()
@@ -404,6 +549,197 @@ class ContextHook(CustomLogger):
         return _Model(window=window, spec=spec)
 
 
+# ----------------------------------------------------------------------------- sessions
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,120}")
+_REPLACING = frozenset({"truncated", "masked", "arguments_shortened", "shortened", "repaired"})
+"""Action kinds whose replacements stand one for one for the messages they name."""
+
+
+@dataclass(frozen=True)
+class _SessionPlace:
+    """Where the conversations' sessions live: a database URL, or a directory of JSON Lines files."""
+
+    base: str
+    kind: str
+    shown: str
+    """``base`` without a password, for log lines."""
+
+    @classmethod
+    def of(cls, value: str | os.PathLike[str]) -> _SessionPlace:
+        from ..session.stores._url import _shown, parse_location
+
+        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+            raise ConfigError(
+                f"sessions must be a database URL (postgresql://, redis://, sqlite:///) or a directory, "
+                f"got {value!r}"
+            )
+        location = parse_location(value)
+        if location.kind == "jsonl":
+            path = Path(location.target)
+            if path.exists() and not path.is_dir():
+                raise ConfigError(
+                    f"sessions={str(path)!r} is a file; give a directory (one file per conversation)"
+                )
+            return cls(base=str(path), kind="jsonl", shown=str(path))
+        if location.session is not None:
+            raise ConfigError(
+                f"sessions={_shown(os.fspath(value))!r} names one session; give the database URL without "
+                "session=: the hook names one session per conversation"
+            )
+        return cls(base=os.fspath(value), kind=location.kind, shown=_shown(os.fspath(value)))
+
+    def location(self, name: str) -> str:
+        """The session location of conversation ``name``."""
+        if self.kind == "jsonl":
+            safe = (
+                name if _SAFE_NAME.fullmatch(name) else "sha256-" + hashlib.sha256(name.encode()).hexdigest()
+            )
+            return os.path.join(self.base, safe.replace(":", "-") + ".jsonl")
+        return self.base + ("&" if "?" in self.base else "?") + urlencode({"session": name})
+
+    def open(self, name: str, engine: Engine) -> Session:
+        """Open (or create) conversation ``name``'s session; blocking (run in a thread)."""
+        from ..session import Session
+        from ..session.stores import open_store
+
+        options: dict[str, object] = {}
+        if self.kind == "jsonl":
+            Path(self.base).mkdir(parents=True, exist_ok=True)
+        elif self.kind in ("postgres", "redis"):
+            # A server that is down answers within seconds (the request is then fitted in memory), not after
+            # the stores' default 30 s of retries.
+            options = {"connect_timeout": 2.0, "retry_timeout": 2.0}
+        return Session.from_store(open_store(self.location(name), **options), engine=engine)
+
+
+@dataclass(eq=False)
+class _Open:
+    """An open session of the hook, with the lock its requests take turns on."""
+
+    session: Session
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stand_ins: tuple[int, dict[str, str]] = (0, {})
+    """(compactions read, {replacement id: id of the message it stands for})."""
+
+
+def _close(opened: _Open) -> None:
+    try:
+        opened.session.close()
+    except Exception as e:  # closing must not fail a request
+        logger.warning(
+            "agentcontext: closing session %s: %s: %s", opened.session.location, type(e).__name__, e
+        )
+
+
+def _sync(opened: _Open, messages: list[Message]) -> None:
+    """Make the session's view end with the client's ``messages``; blocking (run in a thread).
+
+    The view ends with the newest client message the session holds (or a copy
+    standing for it): what follows it in ``messages`` is appended. When the
+    client rewrote its history, the view is rewound to the last message both
+    share (a recorded rewind; the messages taken back stay in the log); when
+    that message lies inside a compacted span, the compaction is undone first
+    (also recorded), so that no client message is logged twice.
+    """
+    session = opened.session
+    session.reload()  # what other proxies logged since
+    while True:
+        view = session.view
+        p, j = _tip(opened, view, messages)
+        new = messages[j + 1 :]
+        if new and _logged(session, new[0].id) and _summarized(opened, view, new[0].id):
+            # The client kept part of a span a summary stands for, and changed the rest: expand it again.
+            try:
+                session.undo_compaction()
+            except UsageError:
+                pass  # no compaction left to undo: re-log what the client sends again
+            else:
+                continue
+        break
+    if p + 1 < len(view):
+        session.rewind(p + 1)
+    if new:
+        session.extend(new)
+
+
+def _tip(opened: _Open, view: Sequence[Message], messages: list[Message]) -> tuple[int, int]:
+    """``(p, j)``: the newest view position ``p`` standing for a client message, ``messages[j]`` ((-1, -1): none)."""
+    if not view or not messages:
+        return -1, -1
+    # The usual request: the view ends with the previous request's last message, a few messages back.
+    last = _stands_for(opened, view[-1])
+    for j in range(len(messages) - 1, max(-1, len(messages) - 65), -1):
+        if messages[j].id == last:
+            return len(view) - 1, j
+    positions = {m.id: j for j, m in enumerate(messages)}
+    for p in range(len(view) - 1, -1, -1):
+        j = positions.get(_stands_for(opened, view[p]), -1)
+        if j >= 0:
+            return p, j
+    return -1, -1
+
+
+def _stands_for(opened: _Open, message: Message) -> str:
+    """The id of the client message ``message`` is (or is a masked, cut or shortened copy of)."""
+    compactions = opened.session.compactions
+    read, stand_ins = opened.stand_ins
+    if read != len(compactions):
+        stand_ins = dict(stand_ins)
+        for record in compactions[read:]:
+            for action in record.actions:
+                originals, copies = action.get("message_ids"), action.get("replacement_ids")
+                if (
+                    action.get("kind") in _REPLACING
+                    and isinstance(originals, list)
+                    and isinstance(copies, list)
+                    and len(originals) == len(copies)
+                ):
+                    stand_ins.update(
+                        (c, o)
+                        for c, o in zip(copies, originals, strict=True)
+                        if isinstance(c, str) and isinstance(o, str)
+                    )
+        opened.stand_ins = (len(compactions), stand_ins)
+    mid = original_id(message)
+    for _ in range(16):  # a masked copy of a cut copy...: follow the chain back to the client's message
+        older = stand_ins.get(mid)
+        if older is None:
+            break
+        mid = older
+    return mid
+
+
+def _summarized(opened: _Open, view: Sequence[Message], message_id: str) -> bool:
+    """Whether a summary (or an elision note) in ``view`` stands for message ``message_id``."""
+    pending = [m for m in view if kind_of(m) in (MessageKind.SUMMARY, MessageKind.ELISION)]
+    seen: set[str] = set()
+    while pending:
+        meta = pending.pop().metadata.get("agentcontext")
+        covers = meta.get("covers") if isinstance(meta, Mapping) else None
+        for covered in covers if isinstance(covers, list) else ():
+            if not isinstance(covered, str) or covered in seen:
+                continue
+            seen.add(covered)
+            try:
+                m = opened.session.message(covered)
+            except RecallError:
+                continue
+            if _stands_for(opened, m) == message_id:
+                return True
+            if kind_of(m) in (MessageKind.SUMMARY, MessageKind.ELISION):
+                pending.append(m)  # an earlier summary, folded into this one
+    return False
+
+
+def _logged(session: Session, message_id: str) -> bool:
+    try:
+        session.message(message_id)
+    except RecallError:
+        return False
+    return True
+
+
 _ROUTES: Mapping[Api, str] = {
     "chat": "/chat/completions",
     "anthropic": "/v1/messages",
@@ -436,7 +772,14 @@ def _identity(api: Api, data: Mapping[str, Any]) -> list[object]:
         return [data.get("instructions"), first]
     wire = data.get("messages")
     if api == "anthropic":
-        return [data.get("system"), _first_user(wire)]
+        # Without the breakpoint Claude Code puts on the newest message, the first one when it is alone.
+        first = (
+            next((m for m in wire if isinstance(m, Mapping) and m.get("role") == "user"), None)
+            if isinstance(wire, list)
+            else None
+        )
+        system = data.get("system")
+        return [_sans_breakpoints({"content": system}), _sans_breakpoints(first)]
     system = (
         [m for m in wire if isinstance(m, Mapping) and m.get("role") in ("system", "developer")][:1]
         if isinstance(wire, list)
