@@ -75,7 +75,9 @@ def sqlite_worker(location: str, worker: int, turns: int, out: str) -> None:
 
 
 def run(kind: str, writers: int, turns: int, root: Path) -> dict[str, object]:
-    location = str(root / "shared.jsonl") if kind == "jsonl" else f"sqlite:///{root / 'runs.db'}?session=shared"
+    location = (
+        str(root / "shared.jsonl") if kind == "jsonl" else f"sqlite:///{root / 'runs.db'}?session=shared"
+    )
     ac.Session.open(location).close()
     target = jsonl_worker if kind == "jsonl" else sqlite_worker
     ctx = multiprocessing.get_context("spawn")
