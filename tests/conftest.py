@@ -17,6 +17,19 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
 
+def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
+    import _background
+
+    if any(getattr(item, "originalname", None) == _background.MYPY_TEST for item in items):
+        _background.start_mypy(config)  # type: ignore[arg-type]
+
+
+def pytest_unconfigure(config: object) -> None:
+    import _background
+
+    _background.stop(config)  # type: ignore[arg-type]
+
+
 def pytest_report_header() -> str:
     from _sizes import PROFILE
 

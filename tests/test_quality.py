@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import _background
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_mypy_strict_is_clean_on_the_package() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_mypy_strict_is_clean_on_the_package(request: pytest.FixtureRequest) -> None:
+    code, output = _background.mypy_result(request.config)  # started with the suite (tests/_background.py)
+    assert code == 0, output
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed by the dev extra")
