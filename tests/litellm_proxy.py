@@ -80,6 +80,32 @@ def free_port() -> int:
 @contextlib.contextmanager
 def start_proxy(config: dict[str, Any], directory: Path) -> Iterator[Proxy]:
     """A litellm proxy process running ``config`` with examples/litellm's hook file, in ``directory``."""
+    with start_proxies([(config, directory)]) as (proxy,):
+        yield proxy
+
+
+@contextlib.contextmanager
+def start_proxies(setups: list[tuple[dict[str, Any], Path]]) -> Iterator[tuple[Proxy, ...]]:
+    """Proxy processes for ``(config, directory)`` pairs, started side by side (each takes seconds to start)."""
+    launched: list[Proxy] = []
+    try:
+        for config, directory in setups:
+            launched.append(_launch(config, directory))
+        for proxy in launched:
+            _wait_until_up(proxy)
+        yield tuple(launched)
+    finally:
+        for proxy in launched:
+            proxy.process.terminate()
+        for proxy in launched:
+            try:
+                proxy.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proxy.process.kill()
+                proxy.process.wait()
+
+
+def _launch(config: dict[str, Any], directory: Path) -> Proxy:
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLE / "agentcontext_hook.py", directory / "agentcontext_hook.py")
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
@@ -106,22 +132,16 @@ def start_proxy(config: dict[str, Any], directory: Path) -> Iterator[Proxy]:
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
+    return Proxy(url=f"http://127.0.0.1:{port}", log=log, process=process)
+
+
+def _wait_until_up(proxy: Proxy) -> None:
     deadline = time.monotonic() + 120
-    try:
-        while True:  # wait until it answers (or died)
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the proxy did not start in 120 s"
-            try:
-                if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield Proxy(url=url, log=log, process=process)
-    finally:
-        process.terminate()
+    while True:  # wait until it answers (or died)
+        assert proxy.process.poll() is None, proxy.log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "the proxy did not start in 120 s"
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            if httpx.get(proxy.url + "/health/liveliness", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)

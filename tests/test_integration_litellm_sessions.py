@@ -44,7 +44,7 @@ from agentcontext.integrations.litellm import SESSIONS_ENV, ContextHook
 from agentcontext.session import CompactionRecord, MessageRecord, RewindRecord, Session, UndoRecord
 from agentcontext.session.stores import open_database
 from db_servers import database, with_session
-from litellm_proxy import ROOT, Proxy, documented_config, free_port, start_proxy
+from litellm_proxy import ROOT, Proxy, documented_config, free_port, start_proxies
 from providers import ProviderServer, Reply, Request
 
 WINDOW = 6_000
@@ -94,7 +94,7 @@ def proxies(
     config = {**documented_config(upstream, WINDOW), **documented_sessions_config()}
     config["environment_variables"] = {SESSIONS_ENV: pg_url}  # the documented key, at the test's schema
     directory = tmp_path_factory.mktemp("litellm-sessions")
-    with start_proxy(config, directory / "a") as a, start_proxy(config, directory / "b") as b:
+    with start_proxies([(config, directory / "a"), (config, directory / "b")]) as (a, b):
         yield a, b
 
 
