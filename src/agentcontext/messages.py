@@ -78,7 +78,7 @@ def derive_id(previous: str | None, payload: str) -> str:
 def _check_text(value: object, *, what: str) -> str:
     if not isinstance(value, str):
         raise InvalidMessageError(f"{what} must be a str, got {type(value).__name__}", field=what)
-    if _SURROGATE.search(value):
+    if not value.isascii() and _SURROGATE.search(value):  # isascii: O(1) on CPython, most text is ASCII
         raise InvalidMessageError(
             f"{what} contains a lone UTF-16 surrogate, which no provider accepts and no tokenizer can encode; "
             "decode your input with errors='replace' or fix its source",
