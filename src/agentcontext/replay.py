@@ -27,7 +27,7 @@ from .engine import ContextEngine
 from .exceptions import ContextOverflowError
 from .invariants import ConversationChecker
 from .messages import JSONValue, Message, MessageView
-from .summarizers._identifiers import extract_identifiers
+from .summarizers._identifiers import arguments_text, extract_identifiers
 
 if TYPE_CHECKING:
     from .models import ModelSpec
@@ -396,7 +396,11 @@ class _Retention:
     def _idents(self, message: Message) -> tuple[str, ...]:
         hit = self.cache.get(message.id)
         if hit is None:
-            text = "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
+            # Arguments as the agent wrote them (unescaped), as the summarizer reads them: the raw JSON's
+            # escapes would make identifiers no one wrote (``nfoo`` from ``\\nfoo``).
+            text = "\n".join(
+                [message.text, *(arguments_text(c.parsed_arguments()) for c in message.tool_calls)]
+            )
             hit = self.cache[message.id] = tuple(extract_identifiers(text))
         return hit
 
