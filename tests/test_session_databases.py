@@ -87,6 +87,9 @@ def test_a_location_picks_its_store(tmp_path: Path) -> None:
         ("postgresql://db/app?session=a", {"session_id": "b"}, "already given by the URL"),
         ("postgresql://db/app?session=a&schema=", {}, "schema= is empty"),
         ("redis://cache/0?session=a&prefix={x}", {}, "prefix must be"),
+        # A path is a JSON Lines session: one named like a database is refused, not written as JSON Lines.
+        ("runs/agents.sqlite", {}, r"looks like a SQLite database.*sqlite:///runs/agents.sqlite\?session=ID"),
+        ("runs.DB", {}, "looks like a SQLite database"),
     ],
 )
 def test_a_bad_location_is_a_clear_error(location: str, options: dict[str, object], message: str) -> None:

@@ -54,14 +54,27 @@ class Location:
         return self.params.get("session")
 
 
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def _jsonl(path: str) -> Location:
+    """A path names a JSON Lines session; one named like a SQLite database is refused, not written as JSONL."""
+    if path.lower().endswith(_SQLITE_SUFFIXES):
+        raise ConfigError(
+            f"{path!r} looks like a SQLite database, but a path names a JSON Lines session: open a SQLite "
+            f"session by URL, sqlite:///{path}?session=ID (or name the file .jsonl)"
+        )
+    return Location("jsonl", path, {})
+
+
 def parse_location(location: str | os.PathLike[str]) -> Location:
     """Tell what kind of store ``location`` names; raises `ConfigError` for an unknown scheme."""
     if isinstance(location, os.PathLike):
-        return Location("jsonl", os.fspath(location), {})
+        return _jsonl(os.fspath(location))
     if not isinstance(location, str) or not location:
         raise ConfigError(f"a session location is {_FORMS}; got {location!r}")
     if "://" not in location:
-        return Location("jsonl", location, {})
+        return _jsonl(location)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
