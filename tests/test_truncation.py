@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from _sizes import examples
@@ -634,3 +634,24 @@ def test_prepare_tokenizes_a_tool_output_kept_whole_once() -> None:
     engine.prepare(msgs)
     outputs = [t for t in counter.encoded if t.startswith("output ")]
     assert len(outputs) == 300 and len(set(outputs)) == 300
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    text=st.text(st.just("\n") | st.characters(blacklist_categories=("Cs",)), max_size=400),
+    max_tokens=st.none() | st.integers(256, 2_000),
+    max_bytes=st.none() | st.integers(1_024, 3_000),
+    max_lines=st.none() | st.integers(10, 50),
+    estimator=st.booleans(),
+)
+def test_surely_fits_only_when_truncate_keeps_the_text_whole(
+    text: str, max_tokens: int | None, max_bytes: int | None, max_lines: int | None, estimator: bool
+) -> None:
+    """The engine skips the truncator for outputs that surely fit: that must never skip a cut truncate makes."""
+    assume(max_tokens is not None or max_bytes is not None or max_lines is not None)
+    counter = ScriptEstimator() if estimator else COUNTER
+    truncator = ObservationTruncator(
+        max_tokens=max_tokens, max_bytes=max_bytes, max_lines=max_lines, counter=counter
+    )
+    if truncator.surely_fits(text):
+        assert not truncator.truncate(text).truncated

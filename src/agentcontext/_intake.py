@@ -172,7 +172,7 @@ def truncate_new(
     out: list[Message] = []
     counts: list[int] = []
     for m in messages:
-        if m.role == "tool" and "agentcontext" not in m.metadata:
+        if m.role == "tool" and "agentcontext" not in m.metadata and not truncator.surely_fits(m.text):
             short, result = truncate_message(m, truncator)
             if result.truncated:
                 after = counter.count_message(short)

@@ -48,6 +48,8 @@ from .artifacts import ArtifactRef, ArtifactStore
 from .exceptions import ConfigError, InvalidMessageError
 from .messages import ImagePart, JSONValue, Message, TextPart
 from .tokens._base import TokenCounter
+from .tokens._calibrate import CalibratedCounter
+from .tokens._tiktoken import TiktokenCounter
 
 __all__ = [
     "Direction",
@@ -210,6 +212,26 @@ class ObservationTruncator:
             raise ConfigError(
                 f"store must implement ArtifactStore (put, get, __contains__), got {type(self.store).__name__}"
             )
+
+    def surely_fits(self, text: str) -> bool:
+        """Whether ``text`` is within every limit by its length alone: no encoding, no tokenizing.
+
+        A character is at most 4 UTF-8 bytes, and a counter with byte bounds
+        (`token_bounds`) makes at most one token a byte; when those bounds settle
+        it, `truncate` would return ``text`` unchanged. False means "look closer",
+        not "too long". The engine's ingest path asks this first, so a tool output
+        far below the limits costs nothing here.
+        """
+        most_bytes = 4 * len(text)
+        if self.max_bytes is not None and most_bytes > self.max_bytes:
+            return False
+        if self.max_lines is not None and text.count("\n") + 1 > self.max_lines:
+            return False
+        if self.max_tokens is not None:
+            hi = token_bounds(self.counter, most_bytes)[1]
+            if hi is None or hi > self.max_tokens:
+                return False
+        return True
 
     def truncate(self, text: str, *, tool_name: str | None = None) -> TruncationResult:
         """Return ``text`` unchanged if it is within every limit, else a preview and a stored original.
@@ -624,9 +646,6 @@ def token_bounds(counter: TokenCounter | None, nbytes: int) -> tuple[int, int | 
     Other counters get ``(0, None)``: no bound, and the truncator counts growing
     prefixes instead.
     """
-    from .tokens._calibrate import CalibratedCounter
-    from .tokens._tiktoken import TiktokenCounter
-
     if isinstance(counter, CalibratedCounter):
         lo, hi = token_bounds(counter.inner, nbytes)
         c = counter.correction
