@@ -177,33 +177,32 @@ class SessionState:
         that jumps ahead by mistake (the next record goes back below it) from records
         lost to damage (the log goes on after the gap).
         """
-        location = self.store.location
-        seq = data.get("seq")
+        seq = data.get("seq")  # (the store's location is built only for a warning: it costs a URL encode)
         if isinstance(seq, int) and not isinstance(seq, bool) and seq > self.seq + 1:
             if next_seq is not None and self.seq < next_seq < seq:
                 corrupt.warn(
-                    f"{location}: {where} jumps from seq {self.seq} to seq {seq} while the next record has "
+                    f"{self.store.location}: {where} jumps from seq {self.seq} to seq {seq} while the next record has "
                     f"seq {next_seq}; the record is skipped"
                 )
                 return None
         try:
             record = _serde.decode_record(data, where=where)
         except RecordDecodeError as exc:
-            corrupt.warn(f"{location}: {exc}; the record is skipped")
+            corrupt.warn(f"{self.store.location}: {exc}; the record is skipped")
             return None
         if isinstance(record, UnknownRecord):
             self.unknown.append(record)
             if record.seq is not None and record.seq > self.seq:
                 self.seq = record.seq
             unknown.warn(
-                f"{location}: {where} has record type {record.type!r}, unknown to this version "
+                f"{self.store.location}: {where} has record type {record.type!r}, unknown to this version "
                 "(written by a newer agentcontext?); it is kept in the log and passed over"
             )
             return None
         record = cast(Record, record)  # decode_record builds only registered types
         if record.seq <= self.seq:
             corrupt.warn(
-                f"{location}: {where} (seq {record.seq}) repeats or goes back to seq {record.seq} after seq "
+                f"{self.store.location}: {where} (seq {record.seq}) repeats or goes back to seq {record.seq} after seq "
                 f"{self.seq}; the record is skipped"
             )
             return None
@@ -211,7 +210,7 @@ class SessionState:
             self._apply(record)
         except _Skip as exc:
             corrupt.warn(
-                f"{location}: {where} (seq {record.seq}, {type(record).__name__}) cannot be applied: {exc}; "
+                f"{self.store.location}: {where} (seq {record.seq}, {type(record).__name__}) cannot be applied: {exc}; "
                 "the record is skipped"
             )
             self.seq = record.seq
