@@ -178,6 +178,32 @@ def test_eight_asyncio_tasks_append_to_one_session(server: str) -> None:
 
 
 @pytest.mark.slow
+def _kill_after_ready(
+    workers: ForkServerContext, target: object, args: tuple[object, ...], log: Path, delay: float
+) -> list[str]:
+    """Start a worker that logs ``ready ...`` first, SIGKILL it ``delay`` seconds later; its finished lines."""
+    child = workers.Process(target=target, args=args)
+    child.start()
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text().startswith("ready")):
+        assert child.is_alive() and time.monotonic() < deadline, "the writer did not start"
+        time.sleep(0.005)
+    time.sleep(delay)
+    child.kill()
+    child.join(timeout=60)
+    return log.read_text().split("\n")[:-1]  # a last line without newline was not finished
+
+
+def _check_confirmed(url: str, confirmed: dict[int, str], round_no: int) -> dict[int, dict[str, object]]:
+    """No torn record, no gap, and every append that returned is in the log at its seq; the records by seq."""
+    records = _all_records(url)  # no torn record: warnings are errors there
+    assert [r["seq"] for r in records] == list(range(len(records)))
+    by_seq = {int(r["seq"]): r for r in records}  # type: ignore[call-overload]
+    for seq, mid in confirmed.items():
+        assert by_seq[seq]["message"]["id"] == mid, f"round {round_no}: seq {seq} lost"  # type: ignore[index]
+    return by_seq
+
+
 def test_a_writer_killed_at_random_moments_never_loses_an_acknowledged_append(
     server: str, workers: ForkServerContext, tmp_path: Path
 ) -> None:
@@ -188,26 +214,14 @@ def test_a_writer_killed_at_random_moments_never_loses_an_acknowledged_append(
     mid_loop = 0
     for round_no in range(kills):
         log = tmp_path / f"round{round_no}.log"
-        child = workers.Process(target=db_workers.killable_writer, args=(url, round_no, str(log)))
-        child.start()
-        deadline = time.monotonic() + 60
-        while not (log.exists() and log.read_text().startswith("ready")):
-            assert child.is_alive() and time.monotonic() < deadline, "the writer did not start"
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.05))
-        child.kill()
-        child.join(timeout=60)
-        lines = log.read_text().split("\n")[:-1]  # a last line without newline was not finished
+        args = (url, round_no, str(log))
+        lines = _kill_after_ready(workers, db_workers.killable_writer, args, log, rng.uniform(0.0, 0.05))
         ready = int(lines[0].split()[1])
         assert ready >= max(confirmed, default=0), "the restore lost records"
         done = [line.split() for line in lines[1:]]
         confirmed.update((int(seq), mid) for seq, mid in done)
         mid_loop += bool(done)
-        records = _all_records(url)  # no torn record: warnings are errors there
-        assert [r["seq"] for r in records] == list(range(len(records)))
-        by_seq = {int(r["seq"]): r for r in records}  # type: ignore[call-overload]
-        for seq, mid in confirmed.items():
-            assert by_seq[seq]["message"]["id"] == mid, f"round {round_no}: seq {seq} lost"  # type: ignore[index]
+        _check_confirmed(url, confirmed, round_no)
     assert mid_loop >= kills // 2, "the kills should mostly land while the writer is appending"
 
 
@@ -227,26 +241,15 @@ def test_a_worker_killed_mid_compaction_leaves_a_log_that_restores_to_a_valid_vi
     kills = runs(4, 50)
     for round_no in range(kills):
         log = tmp_path / f"round{round_no}.log"
-        child = workers.Process(target=db_workers.compacting_writer, args=(url, round_no, str(log)))
-        child.start()
-        deadline = time.monotonic() + 60
-        while not (log.exists() and log.read_text().startswith("ready")):
-            assert child.is_alive() and time.monotonic() < deadline, "the writer did not start"
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0.02, 0.3))
-        child.kill()
-        child.join(timeout=60)
-        for line in log.read_text().split("\n")[1:-1]:  # a last line without newline was not finished
+        args = (url, round_no, str(log))
+        lines = _kill_after_ready(workers, db_workers.compacting_writer, args, log, rng.uniform(0.02, 0.3))
+        for line in lines[1:]:
             kind, seq, *rest = line.split()
             if kind == "m":
                 confirmed[int(seq)] = rest[0]
             else:
                 compactions.add(int(seq))
-        records = _all_records(url)  # no torn record: warnings are errors there
-        assert [r["seq"] for r in records] == list(range(len(records)))
-        by_seq = {int(r["seq"]): r for r in records}  # type: ignore[call-overload]
-        for seq, mid in confirmed.items():
-            assert by_seq[seq]["message"]["id"] == mid, f"round {round_no}: seq {seq} lost"  # type: ignore[index]
+        by_seq = _check_confirmed(url, confirmed, round_no)
         for seq in compactions:
             assert by_seq[seq]["type"] == "compaction", f"round {round_no}: compaction {seq} lost"
         with warnings.catch_warnings():
