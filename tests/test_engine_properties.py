@@ -83,6 +83,20 @@ def test_promises_hold_on_random_conversations(msgs: list[Message], share: float
     _check_promises(msgs, engine)
 
 
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=conversations, share=shares, reach=st.sampled_from([1.0, 1.5, 3.0]))
+def test_promises_hold_with_a_short_horizon(msgs: list[Message], share: float, reach: float) -> None:
+    """The horizon drops what lies beyond it before the strategies run (here from one budget back): every
+    promise still holds, whatever it cuts through (tool blocks, pinned-free messy logs)."""
+    total = COUNTER.count_messages(msgs)
+    window = max(64, int(total * share))
+    budget = window - window // 8
+    engine = ContextEngine(
+        window=window, reserve=window // 8, counter=COUNTER, truncator=None, horizon=int(reach * budget)
+    )
+    _check_promises(msgs, engine)
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversations, share=shares)
 def test_promises_hold_step_by_step(msgs: list[Message], share: float) -> None:

@@ -18,7 +18,7 @@ from .compaction import Action, is_user_request
 from .exceptions import InvalidConversationError, UsageError
 from .messages import JSONValue, Message, MessageView, derive_id
 from .repair import RepairState, repair_messages
-from .tokens._base import BaseTokenCounter, TokenCounter
+from .tokens._base import BaseTokenCounter, TokenCounter, count_all
 from .tokens._tools import render_tools
 from .truncation import truncate_message
 
@@ -33,6 +33,7 @@ __all__ = [
     "check_messages",
     "check_sequence",
     "count_new",
+    "ingest_within",
     "floor_of",
     "truncate_new",
 ]
@@ -60,6 +61,8 @@ class Counted:
     """How many leading input messages the output (base + new) keeps unchanged."""
     floor: _Floor | None
     """The state's floor when the call extends it."""
+    estimated: int = 0
+    """How many leading new messages were not tokenized (beyond the horizon): their counts are estimates."""
 
 
 def count_new(
@@ -72,8 +75,11 @@ def count_new(
     reply_overhead: int,
     commit: bool,
     artifacts: ArtifactStore | None,
+    horizon: int | None = None,
 ) -> Counted:
     """Repair, truncate and count what is new since ``state``'s call; O(new messages).
+
+    With a ``horizon``, new messages beyond it are counted at an estimate (`ingest_within`).
 
     With ``commit`` the state's lineage is advanced in place (and the state
     passed in becomes stale), else it is left as it was.
@@ -122,10 +128,9 @@ def count_new(
             f"the conversation ends with tool calls that were never answered ({pending}); append their "
             "results before preparing, or drop strict=True to have stub results added"
         )
-    if truncator is not None:
-        processed, counts = truncate_new(repaired, actions, truncator, counter, artifacts)
-    else:
-        processed, counts = repaired, [counter.count_message(m) for m in repaired]
+    processed, counts, estimated = ingest_within(
+        repaired, actions, horizon, truncator=truncator, counter=counter, artifacts=artifacts
+    )
     stubs = tuple(repair_state.pending_stubs())
     tokens = base_tokens + sum(counts)
     tokens += sum(counter.count_message(m) for m in stubs) + reply_overhead
@@ -150,7 +155,86 @@ def count_new(
         base_tokens=base_tokens,
         keep=keep,
         floor=floor,
+        estimated=estimated,
     )
+
+
+_CHUNK = 4096
+"""Messages ingested at a time, newest first, when a horizon bounds what is tokenized."""
+
+
+def ingest_within(
+    messages: list[Message],
+    actions: list[Action],
+    horizon: int | None,
+    *,
+    truncator: ObservationTruncator | None,
+    counter: TokenCounter,
+    artifacts: ArtifactStore | None,
+) -> tuple[list[Message], list[int], int]:
+    """Truncate and count ``messages``, but only the newest ``horizon`` tokens of them exactly.
+
+    Older messages lie beyond what any strategy keeps or reads (see
+    `agentcontext.strategies._horizon`): they are neither cut nor tokenized, and
+    their counts are estimates from their length, at the tokens per character of
+    the newest ones. A history of a million messages is thus tokenized in its
+    newest part only (tokenizing is the one cost that grows with every character).
+
+    Returns:
+        The messages (tool outputs over the ingest limit cut), their counts, and how many leading ones
+        have estimated counts (0 when ``horizon`` is None or the messages fit within it).
+    """
+
+    def ingest(part: list[Message], into: list[Action]) -> tuple[list[Message], list[int]]:
+        if truncator is None:
+            return part, count_all(part, counter)
+        return truncate_new(part, into, truncator, counter, artifacts)
+
+    if horizon is None or len(messages) <= _CHUNK:
+        processed, counts = ingest(messages, actions)
+        return processed, counts, 0
+    newest: list[tuple[list[Message], list[int], list[Action]]] = []
+    end, total, past = len(messages), 0, 0
+    # On to one chunk past the horizon, so that the cut (at a safe point, which may move it back a few
+    # messages to keep a tool call with its results) falls among messages that were counted.
+    while end > 0 and past < 2:
+        start = max(0, end - _CHUNK)
+        done: list[Action] = []
+        part, part_counts = ingest(messages[start:end], done)
+        newest.append((part, part_counts, done))
+        total += sum(part_counts)
+        end = start
+        past += total > horizon
+    processed, counts = messages[:end], _estimates(messages[:end], newest, counter)
+    for part, part_counts, done in reversed(newest):
+        processed += part
+        counts += part_counts
+        actions += done
+    return processed, counts, end
+
+
+def _estimates(
+    messages: Sequence[Message],
+    counted: Sequence[tuple[list[Message], list[int], list[Action]]],
+    counter: TokenCounter,
+) -> list[int]:
+    """Tokens of ``messages`` estimated from their length, at the rate of the ``counted`` ones."""
+    if not messages:
+        return []
+    framing = counter.count_message(Message(role="user", content=""))
+    tokens = sum(sum(c) for _, c, _ in counted)
+    size = sum(len(p) for p, _, _ in counted)
+    chars = sum(_chars(m) for p, _, _ in counted for m in p)
+    rate = max(tokens - framing * size, 0) / max(chars, 1)
+    return [framing + round(_chars(m) * rate) for m in messages]
+
+
+def _chars(m: Message) -> int:
+    content = m.content
+    n = len(content) if type(content) is str else len(m.text)
+    for call in m.tool_calls:
+        n += len(call.name) + len(call.arguments)
+    return n
 
 
 def truncate_new(
@@ -162,42 +246,44 @@ def truncate_new(
 ) -> tuple[list[Message], list[int]]:
     """Cut tool outputs over the ingest limit (the full text goes to the artifact store); count each message.
 
-    Each message is counted right after the truncator looked at it, while the
-    counter still holds the count of the text the truncator just checked: a
-    tool output kept whole is tokenized once, not once here and once more when
-    every new message is counted (that doubled the first prepare of a long history).
+    A message the truncator looked at is counted right after, while the counter
+    still holds the count of the text the truncator just checked: a tool output
+    kept whole is tokenized once, not once here and once more when every new
+    message is counted (that doubled the first prepare of a long history). Then
+    all are counted together (`BaseTokenCounter.count_each`), those from the cache.
     """
     if artifacts is not None and artifacts is not truncator.store:
         truncator = dataclasses.replace(truncator, store=artifacts)
     out: list[Message] = []
-    counts: list[int] = []
     for m in messages:
-        if m.role == "tool" and "agentcontext" not in m.metadata and not truncator.surely_fits(m.text):
-            short, result = truncate_message(m, truncator)
-            if result.truncated:
-                after = counter.count_message(short)
-                # The original is never tokenized whole here (megabytes of one repeated character cost
-                # seconds): its size is the truncator's count or estimate, put in the message's framing.
-                if result.original_tokens is not None and result.kept_tokens is not None:
-                    before = after - result.kept_tokens + result.original_tokens
-                else:
-                    before = counter.count_message(m)
-                actions.append(
-                    Action(
-                        kind="truncated",
-                        strategy="ingest",
-                        message_ids=(m.id,),
-                        replacement_ids=(short.id,),
-                        tokens_before=before,
-                        tokens_after=after,
-                        reason="tool output over the ingest limit; the full text is in the artifact store",
-                        refs=(str(result.ref),) if result.ref is not None else (),
-                    )
+        if m.role != "tool" or "agentcontext" in m.metadata or truncator.surely_fits(m.text):
+            out.append(m)
+            continue
+        short, result = truncate_message(m, truncator)
+        if result.truncated:
+            after = counter.count_message(short)
+            # The original is never tokenized whole here (megabytes of one repeated character cost
+            # seconds): its size is the truncator's count or estimate, put in the message's framing.
+            if result.original_tokens is not None and result.kept_tokens is not None:
+                before = after - result.kept_tokens + result.original_tokens
+            else:
+                before = counter.count_message(m)
+            actions.append(
+                Action(
+                    kind="truncated",
+                    strategy="ingest",
+                    message_ids=(m.id,),
+                    replacement_ids=(short.id,),
+                    tokens_before=before,
+                    tokens_after=after,
+                    reason="tool output over the ingest limit; the full text is in the artifact store",
+                    refs=(str(result.ref),) if result.ref is not None else (),
                 )
-                m = short
+            )
+            m = short
         out.append(m)
-        counts.append(counter.count_message(m))
-    return out, counts
+        counter.count_message(m)  # now, while the counter holds its text's count; cached for below
+    return out, count_all(out, counter)
 
 
 def floor_of(counted: Counted, counter: TokenCounter) -> _Floor:

@@ -36,10 +36,17 @@ import threading
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ._api import Engine, EngineState, Prepared, ToolDefinitions, _Floor, _Lineage
-from ._intake import Counted, InstructionTokens, ToolTokens, check_messages, count_new, floor_of
+from ._intake import (
+    Counted,
+    InstructionTokens,
+    ToolTokens,
+    check_messages,
+    count_new,
+    floor_of,
+)
 from ._report import EngineStats, Report, Status
 from ._thresholds import Thresholds
 from .compaction import Action, Compaction, Level, SummaryRequest
@@ -52,9 +59,10 @@ from .exceptions import (
 )
 from .messages import Message, MessageView
 from .strategies._base import CompactionContext, CompactionResult, Strategy, essential_indices
+from .strategies._horizon import cut_at_horizon, default_horizon
 from .strategies.hard_truncate import HardTruncate
 from .strategies.pipeline import default_pipelines
-from .tokens._base import TokenCounter
+from .tokens._base import TokenCounter, count_all
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -133,6 +141,13 @@ class ContextEngine:
             is left of it is each summary request's deadline, and a summary that cannot come
             back in time is given up (the next tier takes over and the report says why).
             None: no deadline beyond the summarizer's own.
+        horizon: tokens, counted back from the newest message, that the strategies see when they
+            compact (default ``"auto"``: eight budgets, at least 1,000,000 tokens and at least what
+            the pipelines' summaries may read, see `Summarize.reach`). Older history, which no
+            built-in strategy would keep or summarize, is dropped first (by id, in the report), all
+            but the system prompt, pinned messages, summaries and the user's requests, so that the
+            first prepare of a million-message history costs seconds. None: no horizon (your own
+            strategies may then read any distance back, at O(history) a pass).
     """
 
     def __init__(
@@ -149,6 +164,7 @@ class ContextEngine:
         strict: bool = False,
         safety_margin: float | None = None,
         timeout: float | None = 60.0,
+        horizon: int | Literal["auto"] | None = "auto",
     ) -> None:
         spec, window, reserve, counter = _resolve(model, window, reserve, counter)
         if safety_margin is None:
@@ -183,6 +199,16 @@ class ContextEngine:
         for required in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY):
             if required not in self.pipelines:
                 raise ConfigError(f"pipelines must cover the {required.label!r} level")
+        if horizon == "auto":
+            horizon = default_horizon(self.pipelines.values(), self.budget)
+        elif horizon is not None and not (
+            isinstance(horizon, int) and not isinstance(horizon, bool) and horizon >= self.budget
+        ):
+            raise ConfigError(
+                f"horizon must be 'auto', None or an int of at least the budget ({self.budget:,} tokens), "
+                f"got {horizon!r}"
+            )
+        self.horizon: int | None = horizon
         self.strict = strict
         self.truncator = self._make_truncator(truncator)
         self.reply_overhead = counter.count_messages(())
@@ -503,6 +529,7 @@ class ContextEngine:
         *,
         commit: bool,
         artifacts: ArtifactStore | None,
+        horizon: int | None = None,
     ) -> Counted:
         return count_new(
             messages,
@@ -513,6 +540,7 @@ class ContextEngine:
             reply_overhead=self.reply_overhead,
             commit=commit,
             artifacts=artifacts,
+            horizon=horizon,
         )
 
     def _thresholds(self, floor: _Floor, limit: int) -> Thresholds:
@@ -543,7 +571,7 @@ class ContextEngine:
             Thresholds().filled(fill)  # refuses a bad share now, before the state is touched
         tool_tokens = self._tool_tokens(tools)
         instruction_tokens = self._instructions.count(instructions, self.counter)
-        counted = self._count(messages, given, commit=True, artifacts=artifacts)
+        counted = self._count(messages, given, commit=True, artifacts=artifacts, horizon=self.horizon)
         with self._stats_lock:
             self.stats.calls += 1
             self.stats.repairs += sum(1 for a in counted.actions if a.kind == "repaired")
@@ -656,26 +684,49 @@ class ContextEngine:
             counted.base[: counted.base_len] if counted.base is not None else []
         ) + counted.messages
         full.extend(stubs)
-        known = dict(zip((m.id for m in counted.messages), counted.counts, strict=True))
-        if counted.base is not None and counted.base_counts is not None:
-            known.update(
-                zip((m.id for m in counted.base[: counted.base_len]), counted.base_counts, strict=False)
+        counts = (
+            counted.base_counts[: counted.base_len] if counted.base_counts is not None else []
+        ) + counted.counts
+        counts.extend(self.counter.count_message(m) for m in stubs)
+        protected = frozenset(m.id for m in full if m.metadata and m.metadata.get("pinned") is True)
+        actions = list(counted.actions)
+        notes = self._notes(call)
+        if self.horizon is not None and counted.tokens > self.horizon:
+            estimated = range(counted.base_len, counted.base_len + counted.estimated)
+            cut = cut_at_horizon(
+                full,
+                counts,
+                self.horizon,
+                ledger_room=room,
+                protected_ids=protected,
+                recallable=call.recallable,
+                counter=self.counter,
+                estimated=estimated,
             )
+            if cut is not None:
+                full, counts, dropped = cut
+                actions.append(dropped)
+            elif estimated:  # nothing could be dropped after all: what stays is counted exactly
+                exact = count_all(full[estimated.start : estimated.stop], self.counter)
+                counts[estimated.start : estimated.stop] = exact
+            if estimated:
+                notes.append(
+                    f"{len(estimated):,} messages beyond the {self.horizon:,}-token horizon were not tokenized: "
+                    "tokens_before counts them at an estimate from their length"
+                )
         ctx = CompactionContext(
             counter=self.counter,
             budget=room,
             target=int(th.target * room),
             reply_overhead=self.reply_overhead,
-            protected_ids=frozenset(m.id for m in full if m.metadata.get("pinned") is True),
+            protected_ids=protected,
             window=self.window,
             reserve=self.reserve,
             recallable=call.recallable,
             fill=call.fill,
             offline_summaries=self._offline is self.summarizer,
-            known=known,
+            known=dict(zip((m.id for m in full), counts, strict=True)),
         )
-        actions = list(counted.actions)
-        notes = self._notes(call)
         try:
             current, tokens, lvl, attempts = yield from self._escalate(
                 tuple(full), ctx, start, call, actions, notes

@@ -295,7 +295,12 @@ class Message:
 
     def is_empty(self) -> bool:
         """True when the message has no text, no images and no tool calls."""
-        return not self.tool_calls and not self.images and not self.text.strip()
+        if self.tool_calls:
+            return False
+        content = self.content
+        if content is None or isinstance(content, str):
+            return not content or content.isspace()
+        return not any(isinstance(p, ImagePart) or (p.text and not p.text.isspace()) for p in content)
 
     def evolve(self, **changes: object) -> Message:
         """Return a copy with ``changes`` applied and a new id (unless ``id=`` is given).

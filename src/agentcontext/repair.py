@@ -235,7 +235,20 @@ def repair_messages(
     out: list[Message] = []
     actions: list[Action] = []
     for m in messages:
-        if m.role == "system" and not m.is_empty():
+        role = m.role
+        # The common cases, with nothing to repair: a system message, or a message without tool calls
+        # while no call waits for its result (from the user, or from the assistant after the user spoke).
+        if (
+            role != "tool"
+            and (
+                role == "system" or (not st.pending and not m.tool_calls and (role == "user" or st.has_user))
+            )
+            and not m.is_empty()
+        ):
+            if role != "system":
+                st.answered.clear()
+                st.renames.clear()
+                st.has_user = True
             out.append(m)
             st.last_id = m.id
             continue

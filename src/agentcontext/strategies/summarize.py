@@ -308,6 +308,23 @@ class Summarize:
         ack_tokens = ctx.count(self._ack_message(msgs[0], lang))
         return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens)
 
+    def reach(self, budget: int) -> int:
+        """Tokens back from the newest message this strategy may read or keep, for a ``budget`` (the horizon).
+
+        What one summary reads (`_input_limits`) plus what stays verbatim after it, at most the budget.
+        """
+        _, span, offline = self._input_limits(budget)
+        return budget + max(span, offline)
+
+    def _input_limits(self, budget: int) -> tuple[int, int, int]:
+        """One request's input limit, a summary's span limit with a model, and without one (offline).
+
+        By default the summarizer is assumed to read as much as the agent's model (its prompt aside),
+        so chunking starts when the part to summarize is over the budget: the context is over the limit.
+        """
+        limit = self.max_input_tokens or max(budget - 1024, budget * 3 // 4, 256)
+        return limit, limit * self.max_input_chunks, self.max_offline_input_tokens
+
     def summary_tokens(self, message: Message, ctx: CompactionContext) -> int:
         """Tokens of the summary text inside a summary message (what the next summary should have room for)."""
         return ctx.counter.count_text(summary_text(message))
@@ -340,12 +357,9 @@ class Summarize:
             )
         if new_tokens == 0:
             raise SummaryFallback(FallbackReason.NOTHING_TO_SUMMARIZE, "only kept messages precede the split")
-        # By default the summarizer is assumed to read as much as the agent's model (its prompt aside),
-        # so chunking starts when the part to summarize is over the budget: the context is over the limit.
-        limit = self.max_input_tokens or max(ctx.budget - 1024, ctx.budget * 3 // 4, 256)
-        span_limit = limit * self.max_input_chunks
+        limit, span_limit, offline = self._input_limits(ctx.budget)
         if ctx.offline_summaries:  # no model to fit: one request reads it all, up to a bound on the cost
-            limit = span_limit = self.max_offline_input_tokens
+            limit = span_limit = offline
         # What one summary may read is bounded: older messages beyond it are dropped, and reported.
         start = _span_start(msgs, counts, plan, span_limit, previous)
         dropped = tuple(

@@ -21,7 +21,14 @@ from ..messages import ImagePart, JSONValue, Message
 from ._images import ImageProvider, image_tokens
 from ._tools import render_tools
 
-__all__ = ["DEFAULT_CACHE_SIZE", "BaseTokenCounter", "ChatFormat", "CounterStats", "TokenCounter"]
+__all__ = [
+    "DEFAULT_CACHE_SIZE",
+    "BaseTokenCounter",
+    "ChatFormat",
+    "CounterStats",
+    "TokenCounter",
+    "count_all",
+]
 
 DEFAULT_CACHE_SIZE = 65_536
 """Per-message counts a counter keeps by default (a few MB of memory)."""
@@ -210,6 +217,11 @@ class BaseTokenCounter(ABC):
     def _count(self, text: str) -> int:
         """Tokens in ``text`` (a non-empty str); no bookkeeping."""
 
+    def _count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens in each of ``texts`` (0 for an empty one); no bookkeeping. Counters may do it faster."""
+        count = self._count
+        return [count(t) if t else 0 for t in texts]
+
     # ------------------------------------------------------------------ public API
 
     @property
@@ -228,6 +240,10 @@ class BaseTokenCounter(ABC):
         """
         if not isinstance(text, str):
             raise UsageError(f"count_text expects a str, got {type(text).__name__}")
+        return self._text(text)
+
+    def _text(self, text: str) -> int:
+        """`count_text` of a str, without the type check (messages' text is checked when they are made)."""
         if not text:
             return 0
         # Unlocked increments: under the GIL they can lose an update only when two
@@ -245,10 +261,7 @@ class BaseTokenCounter(ABC):
         if n is None:
             n = self._count(text)
             if len(recent) >= _RECENT_SIZE:
-                try:  # the oldest (dicts keep insertion order); another thread may be at it too
-                    recent.pop(next(iter(recent)), None)
-                except (StopIteration, RuntimeError):
-                    pass
+                recent.clear()  # cheaper than evicting the oldest one by one, and what matters is the last few
             recent[text] = n
         return n
 
@@ -311,6 +324,68 @@ class BaseTokenCounter(ABC):
             self._store(computed)
         return total
 
+    def count_each(self, messages: Sequence[Message]) -> list[int]:
+        """The tokens of each of ``messages``, as `count_message` gives them, for many at once.
+
+        The cache is looked up under one lock and written under one more; of the
+        new counts only the last ``cache_size`` are stored, since storing more would
+        only push the earlier ones out again (the skipped ones count as evictions).
+
+        Raises:
+            InvalidMessageError: an item is not a `Message` (the error names its index).
+        """
+        cache = self._cache
+        try:
+            with self._lock:
+                counts = [cache.get(m.id) for m in messages]
+                hits = len(counts) - counts.count(None)
+                if hits:
+                    for m, n in zip(messages, counts, strict=True):
+                        if n is not None:
+                            cache.move_to_end(m.id)
+                self._hits += hits
+                self._misses += len(counts) - hits
+        except (AttributeError, TypeError):
+            self._raise_bad_item(messages)
+        if hits < len(counts) and any(not isinstance(m, Message) for m in messages):
+            self._raise_bad_item(messages)
+        # Text-only messages (most of a long history) are framed here and their texts tokenized in one
+        # go (`_count_texts`); the rest take the general path.
+        plain: list[int] = []
+        texts: list[str] = []
+        other: list[int] = []
+        for i, n in enumerate(counts):
+            if n is None:
+                m = messages[i]
+                content = m.content
+                if type(content) is str and not m.tool_calls and (m.name is None or m.role == "tool"):
+                    plain.append(i)
+                    texts.append(content)
+                else:
+                    other.append(i)
+        roles, per_message = self._roles, self._format.per_message
+        for i, n in zip(plain, self._count_texts(texts), strict=True):
+            role = messages[i].role
+            framing = roles.get(role)
+            if framing is None:
+                framing = roles[role] = self._count(role)
+            counts[i] = per_message + framing + n
+        self._texts += len(texts)
+        self._chars += sum(map(len, texts))
+        compute = self._compute
+        for i in other:
+            counts[i] = compute(messages[i])
+        result: list[int] = counts  # type: ignore[assignment]  # every None was just filled
+        capacity = self._capacity
+        if capacity and (plain or other):
+            stored = (
+                plain[-capacity:] if not other else sorted(plain[-capacity:] + other[-capacity:])[-capacity:]
+            )
+            self._store([(messages[i].id, result[i]) for i in stored])
+            with self._lock:
+                self._evictions += len(plain) + len(other) - len(stored)
+        return result
+
     def count_tools(self, tools: Sequence[Mapping[str, JSONValue]]) -> int:
         """Tokens the ``tools`` parameter of a request costs (0 for no tools).
 
@@ -359,31 +434,29 @@ class BaseTokenCounter(ABC):
 
     def _compute(self, m: Message) -> int:
         fmt = self._format
-        n = fmt.per_message + self._role_tokens(m.role)
+        role = self._roles.get(m.role)
+        if role is None:
+            role = self._roles[m.role] = self._count(m.role)
+        n = fmt.per_message + role
         content = m.content
+        text = self._text
         if isinstance(content, str):
-            n += self.count_text(content)
+            n += text(content)
         elif content is not None:
             for part in content:
                 if isinstance(part, ImagePart):
                     n += image_tokens(part, provider=fmt.image_provider)
                 else:
-                    n += self.count_text(part.text)
+                    n += text(part.text)
         # A tool result's name is the tool's, already paid for in the call it answers.
         if m.name is not None and m.role != "tool":
-            n += self.count_text(m.name) + fmt.per_name
+            n += text(m.name) + fmt.per_name
         calls = m.tool_calls
         if calls:
             for call in calls:
-                n += fmt.per_tool_call + self.count_text(call.name) + self.count_text(call.arguments)
+                n += fmt.per_tool_call + text(call.name) + text(call.arguments)
             if len(calls) > 1:
                 n += fmt.parallel_tool_calls
-        return n
-
-    def _role_tokens(self, role: str) -> int:
-        n = self._roles.get(role)
-        if n is None:
-            n = self._roles[role] = self._count(role)
         return n
 
     def _store(self, items: Sequence[tuple[str, int]]) -> None:
@@ -405,3 +478,10 @@ class BaseTokenCounter(ABC):
             if not isinstance(m, Message):
                 raise InvalidMessageError(f"expected a Message, got {type(m).__name__}", index=i)
         raise InvalidMessageError("messages could not be read as a list of Message")  # pragma: no cover
+
+
+def count_all(messages: Sequence[Message], counter: TokenCounter) -> list[int]:
+    """The tokens of each message, in one batch when the counter can (`BaseTokenCounter.count_each`)."""
+    if isinstance(counter, BaseTokenCounter):
+        return counter.count_each(messages)
+    return [counter.count_message(m) for m in messages]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import tiktoken
 
@@ -82,6 +83,35 @@ class TiktokenCounter(BaseTokenCounter):
             if type(exc).__name__ != "PanicException":
                 raise
             return _count_in_pieces(enc, text)
+
+    def _count_texts(self, texts: Sequence[str]) -> list[int]:
+        # A long history's first count: one call into tiktoken's Rust core per text, without the
+        # Python wrapper around it; anything unusual (long texts, lone surrogates, a panic) takes `_count`.
+        if type(self)._count is not TiktokenCounter._count:  # a subclass counts its own way
+            return super()._count_texts(texts)
+        enc = self.encoding
+        encode = getattr(enc, "_core_bpe", enc).encode_ordinary
+        if not texts or max(map(len, texts)) <= _PIECE:
+            try:
+                return [len(encode(t)) for t in texts]
+            except BaseException as exc:
+                if not isinstance(exc, UnicodeEncodeError) and type(exc).__name__ != "PanicException":
+                    raise
+        count = self._count
+        out: list[int] = []
+        for t in texts:
+            if not t:
+                out.append(0)
+            elif len(t) > _PIECE:
+                out.append(count(t))
+            else:
+                try:
+                    out.append(len(encode(t)))
+                except BaseException as exc:
+                    if not isinstance(exc, UnicodeEncodeError) and type(exc).__name__ != "PanicException":
+                        raise
+                    out.append(count(t))
+        return out
 
 
 _PIECE = 65_536
