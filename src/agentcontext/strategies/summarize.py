@@ -239,6 +239,8 @@ class Summarize:
                 )
             plan = self._plan(msgs, counts, ctx, lang)
             result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+            if ctx.fill and (ctx.offline_summaries or age is not None):
+                result = yield from self._refill(msgs, counts, total, plan, result, ctx, lang, age)
         except SummaryFallback as fb:
             reason = f"{fb}; messages left unchanged for the next tier"
             action = Action(
@@ -288,7 +290,12 @@ class Summarize:
     # ------------------------------------------------------------------ planning
 
     def _plan(
-        self, msgs: tuple[Message, ...], counts: list[int], ctx: CompactionContext, lang: Language
+        self,
+        msgs: tuple[Message, ...],
+        counts: list[int],
+        ctx: CompactionContext,
+        lang: Language,
+        want: int | None = None,
     ) -> SummaryPlan:
         # The preamble and tags around the summary, plus a margin for the count of covered messages.
         wrapper = (
@@ -306,7 +313,44 @@ class Summarize:
             + 8
         )
         ack_tokens = ctx.count(self._ack_message(msgs[0], lang))
-        return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens)
+        return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens, want=want)
+
+    def _refill(
+        self,
+        msgs: tuple[Message, ...],
+        counts: list[int],
+        total: int,
+        plan: SummaryPlan,
+        result: CompactionResult,
+        ctx: CompactionContext,
+        lang: Language,
+        age: int | None,
+    ) -> CompactionFlow:
+        """In a one-shot fit with an offline summary, give the room the summary left unused to recent messages.
+
+        The split is planned before the summary exists, leaving it a share of the target. An
+        offline summary that came back much smaller (it had said all it had to say) leaves that
+        room empty, where a one-shot fit has no next step to fill it. Knowing the room the summary
+        needs, the split moves earlier, so that more of the newest messages stay word for word, and
+        the shorter span is summarized again (offline: no model call). At most twice; the result
+        that keeps the most is taken, and any problem keeps the first.
+        """
+        for _ in range(2):
+            if ctx.target - result.tokens < max(self.min_summary_tokens, ctx.target // 20):
+                break
+            summary = next(m for m in result.messages if m.id == result.actions[0].replacement_ids[0])
+            need = self.summary_tokens(summary, ctx)
+            try:
+                better = self._plan(msgs, counts, ctx, lang, want=need + max(need // 10, 16))
+                if better.start >= plan.start:
+                    break
+                refilled = yield from self._run(msgs, counts, total, better, ctx, lang, age)
+            except SummaryFallback:
+                break
+            if refilled.tokens <= result.tokens:
+                break
+            plan, result = better, refilled
+        return result
 
     def summary_tokens(self, message: Message, ctx: CompactionContext) -> int:
         """Tokens of the summary text inside a summary message (what the next summary should have room for)."""
