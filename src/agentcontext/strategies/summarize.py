@@ -124,7 +124,9 @@ class Summarize:
             when no split can, the one leaving the most room is taken. When an
             earlier summary is being folded in, the summary asks for as much room
             as that one took too (up to half the room under the target), since it
-            is the only record of what it covers. Default 0.25.
+            is the only record of what it covers. In a one-shot fit (``fill``) with an
+            offline summary, a summary that needed less gives the rest back: the split
+            moves earlier and the shorter span is summarized again. Default 0.25.
         max_input_tokens: the most the summarizer reads in one request; a longer
             part is summarized in chunks, then the chunk summaries are summarized
             (so it works even when the context is already over the limit).
