@@ -657,6 +657,41 @@ class _Touched(list):  # type: ignore[type-arg]
             yield item
 
 
+def test_a_one_shot_fit_gives_the_room_an_offline_summary_left_to_recent_messages() -> None:
+    # Steps with short commands and long outputs: the summary needs far less than the share of the
+    # target planned for it. A one-shot fit has no next step to use that room: recent steps take it.
+    msgs = [
+        Message(role="system", content="policy " * 20),
+        Message(role="user", content="Fix src/app/main.py."),
+    ]
+    for k in range(12):
+        args = json.dumps({"command": f"cat src/app/mod{k}.py"})
+        msgs.append(
+            Message(
+                role="assistant",
+                content=f"Step {k}.",
+                tool_calls=(ToolCall(id=f"c{k}", name="bash", arguments=args),),
+            )
+        )
+        msgs.append(Message(role="tool", tool_call_id=f"c{k}", content="ok\n" + ("word " * 40 + "\n") * 3))
+    counter = WordCounter()
+    step = counter.count_message(msgs[-2]) + counter.count_message(msgs[-1])
+    engine = ContextEngine(
+        window=counter.count_messages(msgs) // 2, reserve=0, counter=counter, truncator=None
+    )
+    prepared = engine.prepare(msgs, fill=True)
+    out = list(prepared.messages)
+    assert check_messages(out) == []
+    assert [kind(m) for m in out].count("summary") == 1
+    # No further step would have fitted: the target is filled up to less than one step.
+    assert prepared.report.target - step < prepared.report.tokens_after <= prepared.report.target
+    # Every step is either kept verbatim or summarized: the summary covers exactly those not kept.
+    summary = next(m for m in out if kind(m) == "summary")
+    covered = set(summary.metadata["agentcontext"]["covers"])  # type: ignore[index]
+    kept = {m.id for m in out}
+    assert all((m.id in covered) != (m.id in kept) for m in msgs[2:])
+
+
 def test_planning_a_summary_of_a_long_uncompacted_history_is_n_log_n_not_quadratic() -> None:
     """Every split the planner tries reads the ledger's cost from prefix sums (it used to rebuild it: O(n^2))."""
     from agentcontext.compaction import is_user_request

@@ -143,6 +143,7 @@ def plan_summary(
     *,
     wrapper: int,
     ack_tokens: int,
+    want: int | None = None,
 ) -> SummaryPlan:
     """The split that leaves the summary its share of the target; else the one that leaves it the most room.
 
@@ -152,6 +153,9 @@ def plan_summary(
         ctx: the call's context (target, counter, protected ids).
         wrapper: tokens of the summary message around its text (preamble, tags, a margin).
         ack_tokens: tokens of the acknowledgement that follows a summary before a user turn.
+        want: the room the summary needs, when known (a one-shot fit that has seen the summary an offline
+            summarizer wrote): replaces the share the strategy asks for, so that the rest of the target
+            keeps recent messages verbatim.
 
     Raises:
         SummaryFallback: no split point, or no split leaves room for a summary.
@@ -177,7 +181,9 @@ def plan_summary(
         raise SummaryFallback(
             FallbackReason.NOTHING_TO_SUMMARIZE, "no safe split point after the system prompt"
         )
-    candidates = _candidates(strategy, msgs, suffix, h, points, ctx)
+    known = want is not None
+    share = want if want is not None else strategy.summary_share * ctx.target
+    candidates = _candidates(strategy, msgs, suffix, h, points, ctx, share)
     head_tokens = sum(counts[i] for i in head_idx)
     # What every split keeps: when that alone leaves no room, say so at once rather than trying every split.
     floor = (
@@ -194,14 +200,14 @@ def plan_summary(
             "target, leaving no room for a summary",
         )
     # Keeping a few more recent messages verbatim is not worth a summary too small to hold what it covers.
-    want = max(strategy.min_summary_tokens, int(strategy.summary_share * ctx.target))
+    want = max(strategy.min_summary_tokens, int(share))
     # The previous summary is the only record of what it covers: a split that leaves the new one
     # less room than the old one had makes it forget, for good, to keep a few recent messages
     # verbatim a step longer. So ask for as much room as it had, up to half the room under the target.
     previous = next(
         (i for i in range(points[-1] - 1, h - 1, -1) if kind_of(msgs[i]) is MessageKind.SUMMARY), None
     )
-    if previous is not None:
+    if previous is not None and not known:
         want = max(want, min(strategy.summary_tokens(msgs[previous], ctx), (ctx.target - floor) // 2))
     ledger = _Ledger(
         msgs,
@@ -261,6 +267,7 @@ def _candidates(
     h: int,
     points: Sequence[int],
     ctx: CompactionContext,
+    summary_room: float,
 ) -> list[int]:
     """Split points that keep at most the newest share (or the last rounds), earliest (most kept) first.
 
@@ -269,7 +276,7 @@ def _candidates(
     agent's run has often only the task and a last request) would keep almost
     nothing of the agent's recent work verbatim, so it does not jump the queue.
     In a one-shot fit (``ctx.fill``) the share is what the target leaves beside
-    the summary's own room, so the budget is filled with recent messages.
+    the summary's own room (``summary_room``), so the budget is filled with recent messages.
     """
     n = len(msgs)
     if strategy.keep_rounds is not None:
@@ -283,7 +290,7 @@ def _candidates(
     else:
         keep = strategy.keep_recent * suffix[h]
         if ctx.fill:
-            keep = max(keep, ctx.target * (1.0 - strategy.summary_share) - (suffix[0] - suffix[h]))
+            keep = max(keep, ctx.target - summary_room - (suffix[0] - suffix[h]))
         preferred = [p for p in points if suffix[p] <= keep]
     at_user = [p for p in preferred if p < n and is_user_request(msgs[p]) and suffix[p] >= keep / 2]
     users = set(at_user)

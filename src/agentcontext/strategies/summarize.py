@@ -124,7 +124,9 @@ class Summarize:
             when no split can, the one leaving the most room is taken. When an
             earlier summary is being folded in, the summary asks for as much room
             as that one took too (up to half the room under the target), since it
-            is the only record of what it covers. Default 0.25.
+            is the only record of what it covers. In a one-shot fit (``fill``) with an
+            offline summary, a summary that needed less gives the rest back: the split
+            moves earlier and the shorter span is summarized again. Default 0.25.
         max_input_tokens: the most the summarizer reads in one request; a longer
             part is summarized in chunks, then the chunk summaries are summarized
             (so it works even when the context is already over the limit).
@@ -239,6 +241,8 @@ class Summarize:
                 )
             plan = self._plan(msgs, counts, ctx, lang)
             result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+            if ctx.fill and (ctx.offline_summaries or age is not None):
+                result = yield from self._refill(msgs, counts, total, plan, result, ctx, lang, age)
         except SummaryFallback as fb:
             reason = f"{fb}; messages left unchanged for the next tier"
             action = Action(
@@ -288,7 +292,12 @@ class Summarize:
     # ------------------------------------------------------------------ planning
 
     def _plan(
-        self, msgs: tuple[Message, ...], counts: list[int], ctx: CompactionContext, lang: Language
+        self,
+        msgs: tuple[Message, ...],
+        counts: list[int],
+        ctx: CompactionContext,
+        lang: Language,
+        want: int | None = None,
     ) -> SummaryPlan:
         # The preamble and tags around the summary, plus a margin for the count of covered messages.
         wrapper = (
@@ -306,7 +315,44 @@ class Summarize:
             + 8
         )
         ack_tokens = ctx.count(self._ack_message(msgs[0], lang))
-        return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens)
+        return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens, want=want)
+
+    def _refill(
+        self,
+        msgs: tuple[Message, ...],
+        counts: list[int],
+        total: int,
+        plan: SummaryPlan,
+        result: CompactionResult,
+        ctx: CompactionContext,
+        lang: Language,
+        age: int | None,
+    ) -> CompactionFlow:
+        """In a one-shot fit with an offline summary, give the room the summary left unused to recent messages.
+
+        The split is planned before the summary exists, leaving it a share of the target. An
+        offline summary that came back much smaller (it had said all it had to say) leaves that
+        room empty, where a one-shot fit has no next step to fill it. Knowing the room the summary
+        needs, the split moves earlier, so that more of the newest messages stay word for word, and
+        the shorter span is summarized again (offline: no model call). At most twice; the result
+        that keeps the most is taken, and any problem keeps the first.
+        """
+        for _ in range(2):
+            if ctx.target - result.tokens < max(self.min_summary_tokens, ctx.target // 20):
+                break
+            summary = next(m for m in result.messages if m.id == result.actions[0].replacement_ids[0])
+            need = self.summary_tokens(summary, ctx)
+            try:
+                better = self._plan(msgs, counts, ctx, lang, want=need + max(need // 10, 16))
+                if better.start >= plan.start:
+                    break
+                refilled = yield from self._run(msgs, counts, total, better, ctx, lang, age)
+            except SummaryFallback:
+                break
+            if refilled.tokens <= result.tokens:
+                break
+            plan, result = better, refilled
+        return result
 
     def reach(self, budget: int) -> int:
         """Tokens back from the newest message this strategy may read or keep, for a ``budget`` (the horizon).
