@@ -481,7 +481,11 @@ class BaseTokenCounter(ABC):
 
 
 def count_all(messages: Sequence[Message], counter: TokenCounter) -> list[int]:
-    """The tokens of each message, in one batch when the counter can (`BaseTokenCounter.count_each`)."""
-    if isinstance(counter, BaseTokenCounter):
+    """The tokens of each message: many in one batch when the counter can (`BaseTokenCounter.count_each`),
+    a few (an agent's step) one by one, which costs less than setting up a batch."""
+    if len(messages) > _BATCH_FROM and isinstance(counter, BaseTokenCounter):
         return counter.count_each(messages)
     return [counter.count_message(m) for m in messages]
+
+
+_BATCH_FROM = 16
