@@ -224,6 +224,42 @@ def test_loads_accepts_one_json_object_per_line_only(raw: bytes, ok: bool) -> No
             loads(raw, where="line 1")
 
 
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)  # beyond 64 bits too: orjson reads those as floats
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(value=st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=5), as_bytes=st.booleans())
+def test_loads_reads_exactly_what_json_reads(value: dict[str, object], as_bytes: bool) -> None:
+    """Records are parsed by orjson when it can: the result is json's to the bit, integers beyond 64 bits
+    included (orjson makes floats of them), and whatever orjson refuses falls back to json."""
+    text = json.dumps(value, ensure_ascii=False)
+    got = loads(text.encode() if as_bytes else text, where="line 1")
+    assert got == json.loads(text)
+    assert json.dumps(got) == json.dumps(json.loads(text))  # same types (int stays int, -0.0 stays -0.0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"big": 123456789012345678901234567890}',
+        b'{"low": -9223372036854775809}',
+        b'{"lone": "\\ud800"}',
+        b'{"nan": NaN}',
+        b'{"huge": 1e400}',
+    ],
+)
+def test_what_orjson_reads_differently_or_refuses_is_read_by_json(raw: bytes) -> None:
+    assert json.dumps(loads(raw, where="line 1")) == json.dumps(json.loads(raw))
+
+
 # ----------------------------------------------------------------------------- version 0
 
 

