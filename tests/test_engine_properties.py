@@ -83,7 +83,7 @@ def test_promises_hold_on_random_conversations(msgs: list[Message], share: float
     _check_promises(msgs, engine)
 
 
-@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversations, share=shares, reach=st.sampled_from([1.0, 1.5, 3.0]))
 def test_promises_hold_with_a_short_horizon(msgs: list[Message], share: float, reach: float) -> None:
     """The horizon drops what lies beyond it before the strategies run (here from one budget back): every
