@@ -143,3 +143,26 @@ def test_the_default_horizon_covers_what_the_pipelines_summaries_read() -> None:
 def test_a_horizon_shorter_than_the_budget_or_not_a_number_is_refused(horizon: object) -> None:
     with pytest.raises(ConfigError, match="horizon"):
         ContextEngine(window=3_000, reserve=500, counter=WordCounter(), horizon=horizon)  # type: ignore[arg-type]
+
+
+def test_a_huge_batch_appended_to_a_running_conversation_is_bounded_the_same_way() -> None:
+    """An agent that hands over thousands of new messages at once (a restored backlog) extends its state:
+    what is beyond the horizon among the new messages is estimated and dropped like on a first call."""
+    msgs = history(3_000)
+    counter = WordCounter(cache_size=1_000_000)
+    engine, _ = engine_for(counter, horizon=20_000)
+    first = engine.prepare(msgs[:40])
+    assert not first.report.compacted
+    before = counter.tokenized
+    prepared = engine.prepare(msgs, state=first.state)
+    assert prepared.report.incremental
+    out = list(prepared.messages)
+    assert check_messages(out) == [] and counter.count_messages(out) <= engine.budget
+    accounted = {i for a in prepared.report.actions for i in a.message_ids} | {m.id for m in out}
+    assert all(m.id in accounted for m in msgs)
+    assert any("not tokenized" in note for note in prepared.report.notes)
+    assert counter.tokenized - before < len(msgs) / 2
+    # The next step is O(new) again, on the compacted state.
+    step = msgs + [Message(role="user", content="and now?")]
+    again = engine.prepare(step, state=prepared.state)
+    assert again.report.incremental and list(again.messages)[-1] == step[-1]

@@ -161,6 +161,8 @@ def count_new(
 
 _CHUNK = 4096
 """Messages ingested at a time, newest first, when a horizon bounds what is tokenized."""
+_MARGIN = 256
+"""Messages counted past the horizon."""
 
 
 def ingest_within(
@@ -194,17 +196,20 @@ def ingest_within(
         processed, counts = ingest(messages, actions)
         return processed, counts, 0
     newest: list[tuple[list[Message], list[int], list[Action]]] = []
-    end, total, past = len(messages), 0, 0
-    # On to one chunk past the horizon, so that the cut (at a safe point, which may move it back a few
-    # messages to keep a tool call with its results) falls among messages that were counted.
-    while end > 0 and past < 2:
-        start = max(0, end - _CHUNK)
+
+    def take(end: int, size: int) -> tuple[int, int]:
+        start = max(0, end - size)
         done: list[Action] = []
         part, part_counts = ingest(messages[start:end], done)
         newest.append((part, part_counts, done))
-        total += sum(part_counts)
-        end = start
-        past += total > horizon
+        return start, sum(part_counts)
+
+    end, total = len(messages), 0
+    while end > 0 and total <= horizon:
+        end, tokens = take(end, _CHUNK)
+        total += tokens
+    if end > 0:  # a few more, so that the cut (at a safe point, which may move it back a few messages to
+        end, _ = take(end, _MARGIN)  # keep a tool call with its results) falls among messages counted
     processed, counts = messages[:end], _estimates(messages[:end], newest, counter)
     for part, part_counts, done in reversed(newest):
         processed += part
