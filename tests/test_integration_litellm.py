@@ -402,3 +402,51 @@ def test_a_conversation_is_prepared_incrementally_and_a_header_names_it() -> Non
     assert names[:2] == ["chat:a", "chat:b"]
     # The two calls without a header: one conversation (same system prompt and first user message).
     assert len(names) == 3
+
+
+def test_the_hook_fits_off_the_event_loop_one_request_of_a_conversation_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first request of a long conversation (or a compaction) takes up to a second of CPU: it runs in a
+    worker thread, so the proxy's event loop serves other requests meanwhile, and two requests of one
+    conversation arriving together take turns on its state instead of both advancing it."""
+    import threading
+    import time
+
+    from agentcontext import ContextEngine
+    from agentcontext.formats.openai import to_messages
+    from agentcontext.invariants import check_messages
+
+    threads: list[int] = []
+    inside = [0, 0]  # now, most at once
+    real = ContextEngine.prepare
+
+    def spy(self: ContextEngine, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        inside[0] += 1
+        inside[1] = max(inside)
+        time.sleep(0.05)  # a long fit: the window in which a second request could overlap it
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            inside[0] -= 1
+
+    monkeypatch.setattr(ContextEngine, "prepare", spy)
+    hook = ContextHook(window=WINDOW, reserve=500)
+    history = long_chat(4)
+    later = history + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
+
+    async def both() -> tuple[int, list[dict[str, Any]]]:
+        requests = [{"model": "gpt-4o", "messages": json.loads(json.dumps(m))} for m in (history, later)]
+        done = await asyncio.gather(
+            *(hook.async_pre_call_hook(None, None, r, "acompletion") for r in requests)
+        )
+        return threading.get_ident(), list(done)
+
+    loop_thread, done = asyncio.run(both())
+    assert len(threads) == 2 and loop_thread not in threads
+    assert inside[1] == 1  # one conversation: the second request waited for the first
+    assert len(hook._conversations) == 1
+    for request in done:
+        assert check_messages(to_messages(request["messages"])) == []
+    assert done[1]["messages"][-1] == {"role": "user", "content": "and then?"}

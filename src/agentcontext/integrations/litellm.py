@@ -41,7 +41,9 @@ history. The hook keeps one `EngineState` per conversation (the least recently
 used of ``max_conversations`` are forgotten), so a request costs O(new messages)
 and the prompt prefix stays stable between compactions (provider prompt caches
 keep hitting). A conversation is named by the ``x-agentcontext-session`` request
-header, else by a hash of its system prompt and first user message.
+header, else by a hash of its system prompt and first user message. The fitting
+runs in a worker thread, one request of a conversation at a time: a first request
+of a long history, or a compaction, never stalls the proxy's event loop.
 
 **Sessions.** With ``sessions=`` (a database URL, ``postgresql://...``,
 ``redis://...`` or ``sqlite:///...``, or a directory for JSON Lines files; else
@@ -93,7 +95,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlencode
 
 from ..compaction import MessageKind, kind_of, original_id
-from ..engine import ContextEngine, Engine, EngineState
+from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import (
     AgentContextError,
     ConfigError,
@@ -202,6 +204,8 @@ class _Conversation:
     converter: responses.ResponsesConverter | None = None
     state: EngineState = field(default_factory=EngineState.new)
     cache: MutableMapping[str, str] = field(default_factory=lambda: _LRU(4096))
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by the request being fitted."""
 
 
 @dataclass(frozen=True)
@@ -313,24 +317,30 @@ class ContextHook(CustomLogger):
         engine = self._engine(group, api, data)
         name = self._name(api, data)
         conversation = self._conversation(name, id(engine))
-        messages, instructions = self._convert(api, data, conversation)
-        tools = self._tool_definitions(data.get("tools"))
-        out: Sequence[Message] | None = None
-        if self.sessions is not None:
-            out = await self._session_prepare(api, name, engine, messages, tools, instructions)
-        if out is None:
-            try:
-                prepared = await engine.aprepare(
-                    messages, tools=tools, instructions=instructions, state=conversation.state
-                )
-            except AgentContextError as e:
-                raise _Skip(f"{type(e).__name__}: {e}") from None
-            conversation.state = prepared.state
-            out = prepared.messages
-            if prepared.compaction is None and len(out) == len(messages):
-                return  # the input, unchanged: send the request as it came
-        elif len(out) == len(messages) and all(a.id == b.id for a, b in zip(out, messages, strict=True)):
-            return
+        # One request of a conversation at a time: the fitting runs in a worker thread (below), and the
+        # conversation's converted messages and engine state are the previous request's until it is done.
+        async with conversation.lock:
+            messages, instructions = self._convert(api, data, conversation)
+            tools = self._tool_definitions(data.get("tools"))
+            out: Sequence[Message] | None = None
+            if self.sessions is not None:
+                out = await self._session_prepare(api, name, engine, messages, tools, instructions)
+            if out is None:
+                state = conversation.state
+                try:
+                    # Off the proxy's event loop: a first request of a long conversation, or a compaction,
+                    # takes a second of CPU, which would stall every other request the proxy serves.
+                    prepared = await asyncio.to_thread(
+                        engine.prepare, messages, tools=tools, instructions=instructions, state=state
+                    )
+                except AgentContextError as e:
+                    raise _Skip(f"{type(e).__name__}: {e}") from None
+                conversation.state = prepared.state
+                out = prepared.messages
+                if prepared.compaction is None and len(out) == len(messages):
+                    return  # the input, unchanged: send the request as it came
+            elif len(out) == len(messages) and all(a.id == b.id for a, b in zip(out, messages, strict=True)):
+                return
         fitted = list(out)
         if api == "chat":
             data["messages"] = oai.from_messages(fitted, validate=False)
@@ -368,8 +378,7 @@ class ContextHook(CustomLogger):
         try:
             opened = await self._open(place, name, engine)
             async with opened.lock:
-                await asyncio.to_thread(_sync, opened, messages)
-                prepared = await opened.session.aprepare(tools=tools, instructions=instructions)
+                prepared = await asyncio.to_thread(_sync_and_prepare, opened, messages, tools, instructions)
         except AgentContextError as e:
             if not isinstance(e, StoreError):
                 raise _Skip(f"{type(e).__name__}: {e}") from None
@@ -630,6 +639,17 @@ def _close(opened: _Open) -> None:
         logger.warning(
             "agentcontext: closing session %s: %s: %s", opened.session.location, type(e).__name__, e
         )
+
+
+def _sync_and_prepare(
+    opened: _Open,
+    messages: list[Message],
+    tools: list[Mapping[str, JSONValue]] | None,
+    instructions: str | None,
+) -> Prepared:
+    """`_sync`, then the session's prepare: blocking, in one worker thread (off the proxy's event loop)."""
+    _sync(opened, messages)
+    return opened.session.prepare(tools=tools, instructions=instructions)
 
 
 def _sync(opened: _Open, messages: list[Message]) -> None:
