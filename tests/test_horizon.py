@@ -80,7 +80,7 @@ def test_a_history_beyond_the_horizon_costs_what_its_newest_part_costs() -> None
         assert all(m.id in accounted for m in msgs)
         horizon_drop = [a for a in prepared.report.actions if a.strategy == "horizon"]
         assert len(horizon_drop) == 1 and "estimate" in horizon_drop[0].reason
-        assert any("not tokenized" in note for note in prepared.report.notes)
+        assert any("without being tokenized" in note for note in prepared.report.notes)
         tokenized[rounds] = counter.tokenized
         handed[rounds] = max(size for s in seen for size in s.sizes)
     # Exact counts for the newest 20,000 tokens and a chunk past them (plus the few requests kept from
@@ -160,9 +160,27 @@ def test_a_huge_batch_appended_to_a_running_conversation_is_bounded_the_same_way
     assert check_messages(out) == [] and counter.count_messages(out) <= engine.budget
     accounted = {i for a in prepared.report.actions for i in a.message_ids} | {m.id for m in out}
     assert all(m.id in accounted for m in msgs)
-    assert any("not tokenized" in note for note in prepared.report.notes)
+    assert any("without being tokenized" in note for note in prepared.report.notes)
     assert counter.tokenized - before < len(msgs) / 2
     # The next step is O(new) again, on the compacted state.
     step = msgs + [Message(role="user", content="and now?")]
     again = engine.prepare(step, state=prepared.state)
     assert again.report.incremental and list(again.messages)[-1] == step[-1]
+
+
+def test_what_the_horizon_cannot_drop_is_still_cut_at_the_ingest_limit() -> None:
+    """A pinned tool result far back holds the cut before it: everything after it stays, and a huge output
+    among what stays is cut at the ingest limit (its full text kept as an artifact), as without a horizon."""
+    msgs = history(3_000)
+    assert msgs[4].role == "tool" and msgs[400].role == "tool"
+    msgs[4] = msgs[4].evolve(metadata={"pinned": True})
+    huge = msgs[400] = msgs[400].evolve(content=" ".join(f"log{i}" for i in range(200_000)))
+    for horizon in (None, 20_000):
+        engine = ContextEngine(
+            window=3_000, reserve=500, counter=WordCounter(cache_size=1_000_000), horizon=horizon
+        )
+        prepared = engine.prepare(msgs)
+        cut = [a for a in prepared.report.actions if a.kind == "truncated" and a.strategy == "ingest"]
+        assert [a.message_ids for a in cut].count((huge.id,)) == 1, horizon
+        assert all(len(m.text) < len(huge.text) for m in prepared.messages)
+        assert check_messages(list(prepared.messages)) == []

@@ -313,6 +313,44 @@ def test_counts_are_additive_and_the_cache_never_changes_a_result(conv: list[Mes
     assert total == priming + sum(cached.count_message(m) for m in conv)
 
 
+@settings(max_examples=examples(30), deadline=None)
+@given(conv=canonical_conversations(), cache=st.sampled_from([0, 4, 10_000]))
+def test_counting_many_at_once_gives_each_message_its_own_count(conv: list[Message], cache: int) -> None:
+    """`count_each` (how the engine counts a long history) is `count_message`, message by message, for
+    the built-in counters, a second time from the cache, and for a subclass counting its own way."""
+
+    class Padded(TiktokenCounter):  # a user's safety pad per message
+        def count_message(self, message: Message) -> int:
+            return super().count_message(message) + 7
+
+    for make in (
+        lambda: TiktokenCounter(cache_size=cache),
+        lambda: ScriptEstimator(cache_size=cache),
+        Padded,
+    ):
+        one, many = make(), make()
+        expected = [one.count_message(m) for m in conv]
+        assert many.count_each(conv) == expected
+        assert many.count_each(conv) == expected
+
+
+def test_counting_many_at_once_keeps_the_statistics_count_message_keeps() -> None:
+    conv = [
+        Message(role="tool", tool_call_id=f"c{i}", content="" if i % 2 else f"out {i}") for i in range(40)
+    ]
+    one, many = TiktokenCounter(), TiktokenCounter()
+    for m in conv:
+        one.count_message(m)
+    many.count_each(conv)
+    a, b = one.stats, many.stats
+    assert (a.texts_tokenized, a.chars_tokenized, a.cache_misses, a.cache_size) == (
+        b.texts_tokenized,
+        b.chars_tokenized,
+        b.cache_misses,
+        b.cache_size,
+    )
+
+
 def test_empty_text_costs_nothing_and_a_prompt_at_least_the_priming() -> None:
     c = TiktokenCounter()
     assert c.count_text("") == 0

@@ -33,6 +33,7 @@ __all__ = [
     "check_messages",
     "check_sequence",
     "count_new",
+    "ingest_all",
     "ingest_within",
     "floor_of",
     "truncate_new",
@@ -165,6 +166,20 @@ _MARGIN = 256
 """Messages counted past the horizon."""
 
 
+def ingest_all(
+    messages: list[Message],
+    actions: list[Action],
+    *,
+    truncator: ObservationTruncator | None,
+    counter: TokenCounter,
+    artifacts: ArtifactStore | None,
+) -> tuple[list[Message], list[int]]:
+    """Cut tool outputs over the ingest limit (when there is a truncator) and count every message."""
+    if truncator is None:
+        return messages, count_all(messages, counter)
+    return truncate_new(messages, actions, truncator, counter, artifacts)
+
+
 def ingest_within(
     messages: list[Message],
     actions: list[Action],
@@ -188,9 +203,7 @@ def ingest_within(
     """
 
     def ingest(part: list[Message], into: list[Action]) -> tuple[list[Message], list[int]]:
-        if truncator is None:
-            return part, count_all(part, counter)
-        return truncate_new(part, into, truncator, counter, artifacts)
+        return ingest_all(part, into, truncator=truncator, counter=counter, artifacts=artifacts)
 
     if horizon is None or len(messages) <= _CHUNK:
         processed, counts = ingest(messages, actions)
@@ -254,12 +267,13 @@ def truncate_new(
     A message the truncator looked at is counted right after, while the counter
     still holds the count of the text the truncator just checked: a tool output
     kept whole is tokenized once, not once here and once more when every new
-    message is counted (that doubled the first prepare of a long history). Then
-    all are counted together (`BaseTokenCounter.count_each`), those from the cache.
+    message is counted (that doubled the first prepare of a long history). The
+    others are counted together (`tokens.count_all`).
     """
     if artifacts is not None and artifacts is not truncator.store:
         truncator = dataclasses.replace(truncator, store=artifacts)
     out: list[Message] = []
+    looked: dict[int, int] = {}
     for m in messages:
         if m.role != "tool" or "agentcontext" in m.metadata or truncator.surely_fits(m.text):
             out.append(m)
@@ -286,9 +300,17 @@ def truncate_new(
                 )
             )
             m = short
+        looked[len(out)] = counter.count_message(m)  # now, while the counter holds its text's count
         out.append(m)
-        counter.count_message(m)  # now, while the counter holds its text's count; cached for below
-    return out, count_all(out, counter)
+    if not looked:
+        return out, count_all(out, counter)
+    rest = [i for i in range(len(out)) if i not in looked]
+    counts = [0] * len(out)
+    for i, n in zip(rest, count_all([out[i] for i in rest], counter), strict=True):
+        counts[i] = n
+    for i, n in looked.items():
+        counts[i] = n
+    return out, counts
 
 
 def floor_of(counted: Counted, counter: TokenCounter) -> _Floor:

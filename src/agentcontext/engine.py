@@ -46,6 +46,7 @@ from ._intake import (
     check_messages,
     count_new,
     floor_of,
+    ingest_all,
 )
 from ._report import EngineStats, Report, Status
 from ._thresholds import Thresholds
@@ -62,7 +63,7 @@ from .strategies._base import CompactionContext, CompactionResult, Strategy, ess
 from .strategies._horizon import cut_at_horizon, default_horizon
 from .strategies.hard_truncate import HardTruncate
 from .strategies.pipeline import default_pipelines
-from .tokens._base import TokenCounter, count_all
+from .tokens._base import TokenCounter
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -95,6 +96,8 @@ class _Call:
     floor: _Floor
     fill: bool
     recallable: bool
+    artifacts: ArtifactStore | None = None
+    """Where ingest truncation keeps full tool outputs for this call."""
 
     @property
     def beside(self) -> int:
@@ -612,6 +615,7 @@ class ContextEngine:
             floor=floor,
             fill=bool(fill),
             recallable=recallable,
+            artifacts=artifacts,
         )
         if start == Level.NONE:
             prepared = self._quiet(call)
@@ -693,6 +697,15 @@ class ContextEngine:
         notes = self._notes(call)
         if self.horizon is not None and counted.tokens > self.horizon:
             estimated = range(counted.base_len, counted.base_len + counted.estimated)
+            late = [0]
+
+            def ingest(part: list[Message]) -> tuple[list[Message], list[int]]:
+                # What stays of the messages intake left alone is cut and counted as intake would have.
+                late[0] += len(part)
+                return ingest_all(
+                    part, actions, truncator=self.truncator, counter=self.counter, artifacts=call.artifacts
+                )
+
             cut = cut_at_horizon(
                 full,
                 counts,
@@ -702,17 +715,19 @@ class ContextEngine:
                 recallable=call.recallable,
                 counter=self.counter,
                 estimated=estimated,
+                ingest=ingest,
             )
             if cut is not None:
                 full, counts, dropped = cut
                 actions.append(dropped)
-            elif estimated:  # nothing could be dropped after all: what stays is counted exactly
-                exact = count_all(full[estimated.start : estimated.stop], self.counter)
-                counts[estimated.start : estimated.stop] = exact
-            if estimated:
+            elif estimated:  # nothing could be dropped after all: all of it stays
+                full[estimated.start : estimated.stop], counts[estimated.start : estimated.stop] = ingest(
+                    full[estimated.start : estimated.stop]
+                )
+            if len(estimated) > late[0]:
                 notes.append(
-                    f"{len(estimated):,} messages beyond the {self.horizon:,}-token horizon were not tokenized: "
-                    "tokens_before counts them at an estimate from their length"
+                    f"{len(estimated) - late[0]:,} messages beyond the {self.horizon:,}-token horizon were dropped "
+                    "without being tokenized: tokens_before counts them at an estimate from their length"
                 )
         ctx = CompactionContext(
             counter=self.counter,

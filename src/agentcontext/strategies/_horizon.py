@@ -20,7 +20,7 @@ result parted from its call).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..compaction import Action, MessageKind, is_user_request, kind_of
@@ -67,6 +67,7 @@ def cut_at_horizon(
     recallable: bool,
     counter: TokenCounter,
     estimated: range = range(0),
+    ingest: Callable[[list[Message]], tuple[list[Message], list[int]]] | None = None,
 ) -> tuple[list[Message], list[int], Action] | None:
     """Drop what lies more than ``horizon`` tokens before the newest message, but what stays at any age.
 
@@ -76,9 +77,11 @@ def cut_at_horizon(
         ledger_room: the most tokens of older user requests a ledger could keep (newest first).
         protected_ids: ids of pinned messages.
         recallable: whether the elision note may say the messages can be recalled.
-        counter: counts the elision note, and what stays of the ``estimated`` messages.
-        estimated: the indices whose counts are estimates (not tokenized, see `ingest_within`): those
-            that stay are counted exactly; those dropped are reported at their estimate.
+        counter: counts the elision note.
+        estimated: the indices of messages not ingested yet (not cut at the ingest limit, not tokenized;
+            their counts are estimates, see `ingest_within`): those that stay go through ``ingest``, those
+            dropped are reported at their estimate.
+        ingest: cuts and counts messages as the engine's intake does (default: counts them).
 
     Returns:
         The messages the strategies should see, their counts (the note's last, where it stands), and the
@@ -127,15 +130,19 @@ def cut_at_horizon(
             room -= counts[i]
             keep.add(i)
     kept = sorted(keep)
-    if estimated:
-        recount = [i for i in kept if i in estimated] + list(range(cut, min(n, estimated.stop)))
-        exact = count_all([messages[i] for i in recount], counter)
-        counts = list(counts)
-        for i, c in zip(recount, exact, strict=True):
-            counts[i] = c
     plan = SuffixPlan(start=cut, head=tuple(kept), removed=tuple(i for i in range(cut) if i not in keep))
     if not plan.removed:
         return None
+    late = [i for i in kept if i in estimated] + list(range(max(cut, estimated.start), estimated.stop))
+    if late:
+        done, exact = (
+            ingest([messages[i] for i in late])
+            if ingest is not None
+            else ([messages[i] for i in late], count_all([messages[i] for i in late], counter))
+        )
+        messages, counts = list(messages), list(counts)
+        for i, m, c in zip(late, done, exact, strict=True):
+            messages[i], counts[i] = m, c
     out, actions = apply_suffix_plan(
         messages,
         plan,

@@ -331,9 +331,15 @@ class BaseTokenCounter(ABC):
         new counts only the last ``cache_size`` are stored, since storing more would
         only push the earlier ones out again (the skipped ones count as evictions).
 
+        A subclass that counts messages its own way (it overrides `count_message`
+        or ``_compute``) has each message counted by its `count_message`.
+
         Raises:
             InvalidMessageError: an item is not a `Message` (the error names its index).
         """
+        own = type(self)
+        if own.count_message is not BaseTokenCounter.count_message or own._compute is not BaseTokenCounter._compute:
+            return [self.count_message(m) for m in messages]
         cache = self._cache
         try:
             with self._lock:
@@ -370,7 +376,7 @@ class BaseTokenCounter(ABC):
             if framing is None:
                 framing = roles[role] = self._count(role)
             counts[i] = per_message + framing + n
-        self._texts += len(texts)
+        self._texts += len(texts) - texts.count("")  # as `count_text`, which leaves empty texts out
         self._chars += sum(map(len, texts))
         compute = self._compute
         for i in other:
