@@ -338,7 +338,10 @@ class BaseTokenCounter(ABC):
             InvalidMessageError: an item is not a `Message` (the error names its index).
         """
         own = type(self)
-        if own.count_message is not BaseTokenCounter.count_message or own._compute is not BaseTokenCounter._compute:
+        if (
+            own.count_message is not BaseTokenCounter.count_message
+            or own._compute is not BaseTokenCounter._compute
+        ):
             return [self.count_message(m) for m in messages]
         cache = self._cache
         try:
