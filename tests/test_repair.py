@@ -39,6 +39,27 @@ def test_unanswered_call_gets_a_marked_stub_before_the_next_turn() -> None:
     assert any(a.kind == "repaired" and "'b'" in a.reason for a in prepared.report.actions)
 
 
+def test_a_system_message_after_an_unanswered_call_comes_after_its_stub() -> None:
+    """A harness notice after a call that never got its result: the stub answers the call right after it,
+    before the notice (the stub after the notice left the call unanswered and the stub an orphan)."""
+    msgs = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call("c1"),)),
+        Message(role="system", content="note from the harness: the run was resumed"),
+        Message(role="user", content="next"),
+    ]
+    prepared = engine().prepare(msgs)
+    out = list(prepared.messages)
+    assert check_messages(out) == []
+    assert [m.role for m in out] == ["user", "assistant", "tool", "system", "user"]
+    assert out[2].tool_call_id == "c1" and "no result was recorded" in out[2].text
+    # A result arriving after the notice no longer follows its call: taken out of the prompt, and said so.
+    late = Message(role="tool", tool_call_id="c1", content="done")
+    prepared = engine().prepare(msgs[:3] + [late] + msgs[3:])
+    assert check_messages(list(prepared.messages)) == []
+    assert any(a.kind == "repaired" and late.id in a.message_ids for a in prepared.report.actions)
+
+
 def test_orphan_and_duplicate_results_are_taken_out_and_reported() -> None:
     msgs = [
         Message(role="user", content="go"),

@@ -9,7 +9,8 @@ fix in its report; in strict mode it refuses such input instead.
 Repairs, each reported as a ``"repaired"`` action:
 
 * an unanswered tool call gets a clearly marked stub result, placed right after
-  the call's other results (before the next user or assistant message);
+  the call's other results (before the next message that is not a tool result,
+  a system message included: providers want a call's results right after it);
 * a tool result that answers no earlier call, or answers one a second time, is
   taken out of the prompt (it stays in the input and the session log);
 * a call id used before (in an earlier message, or twice in one) is renamed
@@ -82,7 +83,7 @@ class RepairState:
         )
 
     def close_block(self, out: list[Message], actions: list[Action]) -> None:
-        """Answer every pending call with a stub (before the next user or assistant message)."""
+        """Answer every pending call with a stub (before the next message that is not a tool result)."""
         if not self.pending:
             self.answered.clear()
             self.renames.clear()
@@ -113,7 +114,9 @@ class RepairState:
 
 
 def _repair_one(m: Message, state: RepairState, out: list[Message], actions: list[Action]) -> None:
-    if m.role in ("user", "assistant"):
+    # A tool result must follow its call: any other message ends the block, and calls still waiting are
+    # answered by stubs before it (a system message too: a result after it would no longer follow its call).
+    if m.role != "tool":
         state.close_block(out, actions)
     if m.role == "assistant" and not state.has_user:
         opener = Message(
@@ -236,13 +239,12 @@ def repair_messages(
     actions: list[Action] = []
     for m in messages:
         role = m.role
-        # The common cases, with nothing to repair: a system message, or a message without tool calls
-        # while no call waits for its result (from the user, or from the assistant after the user spoke).
+        # The common cases, with nothing to repair: a message without tool calls while no call waits for
+        # its result (a system one, one from the user, or from the assistant after the user spoke).
         if (
             role != "tool"
-            and (
-                role == "system" or (not st.pending and not m.tool_calls and (role == "user" or st.has_user))
-            )
+            and not st.pending
+            and (role == "system" or (not m.tool_calls and (role == "user" or st.has_user)))
             and not m.is_empty()
         ):
             if role != "system":
