@@ -98,13 +98,17 @@ def cut_at_horizon(
     if cut <= head:
         return None
     # A pinned tool result or call cannot stand alone in front of the cut: the cut moves before it.
-    pinned = next(
-        (
-            i
-            for i in range(head, cut)
-            if messages[i].id in protected_ids and messages[i].role not in ("user", "system")
-        ),
-        None,
+    pinned = (
+        next(
+            (
+                i
+                for i in range(head, cut)
+                if messages[i].id in protected_ids and messages[i].role not in ("user", "system")
+            ),
+            None,
+        )
+        if protected_ids
+        else None
     )
     cut = _safe_cut(messages, cut if pinned is None else pinned, head)
     if cut <= head:
