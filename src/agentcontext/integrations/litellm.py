@@ -43,7 +43,7 @@ and the prompt prefix stays stable between compactions (provider prompt caches
 keep hitting). A conversation is named by the ``x-agentcontext-session`` request
 header, else by a hash of its system prompt and first user message. The fitting
 runs in a worker thread, one request of a conversation at a time: a first request
-of a long history, or a compaction, never stalls the proxy's event loop.
+of a long history, or a compaction, does not hold the proxy's event loop.
 
 **Sessions.** With ``sessions=`` (a database URL, ``postgresql://...``,
 ``redis://...`` or ``sqlite:///...``, or a directory for JSON Lines files; else
@@ -329,7 +329,7 @@ class ContextHook(CustomLogger):
                 state = conversation.state
                 try:
                     # Off the proxy's event loop: a first request of a long conversation, or a compaction,
-                    # takes a second of CPU, which would stall every other request the proxy serves.
+                    # takes up to a second of CPU, which would hold every other request the proxy serves.
                     prepared = await asyncio.to_thread(
                         engine.prepare, messages, tools=tools, instructions=instructions, state=state
                     )
