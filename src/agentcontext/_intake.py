@@ -132,13 +132,19 @@ def count_new(
     processed, counts, estimated = ingest_within(
         repaired, actions, horizon, truncator=truncator, counter=counter, artifacts=artifacts
     )
-    stubs = tuple(repair_state.pending_stubs())
-    tokens = base_tokens + sum(counts)
-    tokens += sum(counter.count_message(m) for m in stubs) + reply_overhead
+    stubs = tuple(repair_state.pending_stubs()) if repair_state.pending else ()
+    tokens = base_tokens + sum(counts) + reply_overhead
+    if stubs:
+        tokens += sum(counter.count_message(m) for m in stubs)
     if aligned:
-        changed = next(
-            (i for i, (a, b) in enumerate(zip(new, processed, strict=False)) if a.id != b.id),
-            min(len(new), len(processed)),
+        # Nothing repaired or cut (no action): the messages are the new ones, unchanged.
+        changed = (
+            len(new)
+            if not actions
+            else next(
+                (i for i, (a, b) in enumerate(zip(new, processed, strict=False)) if a.id != b.id),
+                min(len(new), len(processed)),
+            )
         )
         keep = base_len + changed
     else:
@@ -202,12 +208,15 @@ def ingest_within(
         have estimated counts (0 when ``horizon`` is None or the messages fit within it).
     """
 
+    if horizon is None or len(messages) <= _CHUNK:  # an agent's step: everything, at once
+        processed, counts = ingest_all(
+            messages, actions, truncator=truncator, counter=counter, artifacts=artifacts
+        )
+        return processed, counts, 0
+
     def ingest(part: list[Message], into: list[Action]) -> tuple[list[Message], list[int]]:
         return ingest_all(part, into, truncator=truncator, counter=counter, artifacts=artifacts)
 
-    if horizon is None or len(messages) <= _CHUNK:
-        processed, counts = ingest(messages, actions)
-        return processed, counts, 0
     newest: list[tuple[list[Message], list[int], list[Action]]] = []
 
     def take(end: int, size: int) -> tuple[int, int]:
