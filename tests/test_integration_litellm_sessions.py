@@ -41,6 +41,7 @@ from agentcontext.exceptions import ConfigError, ConversionWarning
 from agentcontext.formats import anthropic
 from agentcontext.formats import openai as oai
 from agentcontext.integrations.litellm import SESSIONS_ENV, ContextHook
+from agentcontext.messages import Message
 from agentcontext.session import CompactionRecord, MessageRecord, RewindRecord, Session, UndoRecord
 from agentcontext.session.stores import open_database
 from db_servers import database, with_session
@@ -393,3 +394,47 @@ def test_bad_sessions_options_are_refused_by_name(tmp_path: Path) -> None:
         ContextHook(sessions=tmp_path / "file")
     with pytest.raises(ConfigError, match="max_sessions"):
         ContextHook(max_sessions=0)
+
+
+@pytest.mark.parametrize("route", ["chat", "responses"])
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+def test_two_hooks_on_one_database_send_what_one_hook_sends(kind: str, route: str) -> None:
+    """The two-proxy promise on both shared stores and both OpenAI routes, in-process (one hook per proxy):
+    requests of one conversation alternating between two hooks on one database come out exactly as from one
+    hook, and every client message is logged once, in order."""
+    from agentcontext.formats import responses
+
+    def request(hook: ContextHook, messages: list[dict[str, Any]], name: str) -> object:
+        headers = {"headers": {"x-agentcontext-session": name}}
+        if route == "chat":
+            data: dict[str, Any] = {"model": "gpt-4o", "messages": copy.deepcopy(messages)}
+            call_type = "acompletion"
+        else:
+            items = responses.from_messages(oai.to_messages(messages))
+            data = {"model": "gpt-4o", "input": json.loads(json.dumps(items))}
+            call_type = "aresponses"
+        data["proxy_server_request"] = headers
+        done = asyncio.run(hook.async_pre_call_hook(None, None, data, call_type))
+        return done["messages"] if route == "chat" else done["input"]
+
+    steps = [chat(step) for step in range(1, STEPS + 1)]
+    with database(kind) as url:
+        hooks = [ContextHook(window=WINDOW, reserve=500, sessions=url) for _ in range(3)]
+        try:
+            name = f"c-{uuid.uuid4().hex[:8]}"
+            alternating = [request(hooks[i % 2], s, name) for i, s in enumerate(steps)]
+            alone = [request(hooks[2], s, name + "-alone") for s in steps]
+            assert alternating == alone
+            assert len(alternating[-1]) < len(steps[-1])  # it outgrew the window and was compacted
+            _, records = session_log(url, f"{route}:{name}")
+            assert any(isinstance(r, CompactionRecord) and r.compacted for r in records)
+
+            def shape(m: Message) -> tuple[object, ...]:
+                calls = tuple((c.id, c.name, c.arguments) for c in m.tool_calls)
+                return (m.role, m.text, m.tool_call_id, calls)
+
+            logged = [r.message for r in records if isinstance(r, MessageRecord)]
+            assert [shape(m) for m in logged] == [shape(m) for m in oai.to_messages(steps[-1])]
+        finally:
+            for hook in hooks:
+                hook.close()
