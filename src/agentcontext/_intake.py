@@ -33,9 +33,9 @@ __all__ = [
     "check_messages",
     "check_sequence",
     "count_new",
+    "floor_of",
     "ingest_all",
     "ingest_within",
-    "floor_of",
     "truncate_new",
 ]
 
@@ -207,22 +207,19 @@ def ingest_within(
         The messages (tool outputs over the ingest limit cut), their counts, and how many leading ones
         have estimated counts (0 when ``horizon`` is None or the messages fit within it).
     """
-
     if horizon is None or len(messages) <= _CHUNK:  # an agent's step: everything, at once
         processed, counts = ingest_all(
             messages, actions, truncator=truncator, counter=counter, artifacts=artifacts
         )
         return processed, counts, 0
-
-    def ingest(part: list[Message], into: list[Action]) -> tuple[list[Message], list[int]]:
-        return ingest_all(part, into, truncator=truncator, counter=counter, artifacts=artifacts)
-
     newest: list[tuple[list[Message], list[int], list[Action]]] = []
 
     def take(end: int, size: int) -> tuple[int, int]:
         start = max(0, end - size)
         done: list[Action] = []
-        part, part_counts = ingest(messages[start:end], done)
+        part, part_counts = ingest_all(
+            messages[start:end], done, truncator=truncator, counter=counter, artifacts=artifacts
+        )
         newest.append((part, part_counts, done))
         return start, sum(part_counts)
 
