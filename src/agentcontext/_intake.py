@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._api import EngineState, _Floor
-from .compaction import Action, is_user_request
+from .compaction import Action, is_observation, is_user_request
 from .exceptions import InvalidConversationError, UsageError
 from .messages import JSONValue, Message, MessageView, derive_id
 from .repair import RepairState, repair_messages
@@ -180,7 +180,7 @@ def ingest_all(
     counter: TokenCounter,
     artifacts: ArtifactStore | None,
 ) -> tuple[list[Message], list[int]]:
-    """Cut tool outputs over the ingest limit (when there is a truncator) and count every message."""
+    """Cut tool outputs (and observations, `is_observation`) over the ingest limit (when there is a truncator) and count every message."""
     if truncator is None:
         return messages, count_all(messages, counter)
     return truncate_new(messages, actions, truncator, counter, artifacts)
@@ -281,7 +281,11 @@ def truncate_new(
     out: list[Message] = []
     looked: dict[int, int] = {}
     for m in messages:
-        if m.role != "tool" or "agentcontext" in m.metadata or truncator.surely_fits(m.text):
+        if (
+            (m.role != "tool" and not is_observation(m))
+            or "agentcontext" in m.metadata
+            or truncator.surely_fits(m.text)
+        ):
             out.append(m)
             continue
         short, result = truncate_message(m, truncator)

@@ -25,6 +25,7 @@ can all speak it without importing one another.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -41,6 +42,7 @@ __all__ = [
     "Level",
     "MessageKind",
     "SummaryRequest",
+    "is_observation",
     "is_user_request",
     "kind_of",
     "marker",
@@ -141,8 +143,36 @@ def original_id(message: Message) -> str:
 
 
 def is_user_request(message: Message) -> bool:
-    """True for a user message the user wrote (not a note, summary or stub agentcontext added)."""
-    return message.role == "user" and "agentcontext" not in message.metadata
+    """True for a user message the user wrote (not a note, summary or stub agentcontext added,
+    nor a command's output sent back as a user message: `is_observation`)."""
+    return message.role == "user" and "agentcontext" not in message.metadata and not is_observation(message)
+
+
+# How agents that act in text (a fenced command in the assistant's reply, no tool calls) send
+# the command's output back as a user message: under a header (mini-swe-agent's
+# ``<returncode>`` and ``<exception>``, SWE-agent's and ReAct's ``OBSERVATION:``/``Observation:``,
+# OpenHands' ``EXECUTION RESULT of [tool]``, smolagents' ``Execution logs:``). A shell prompt at the
+# end is not enough: SWE-agent ends the user's task with the same prompt as each command's output.
+_OBSERVATION_HEAD = re.compile(
+    r"\s*(?:<returncode>|<output>|<exception>|OBSERVATION:|Observation:|EXECUTION RESULT of \[|Execution logs:)"
+)
+
+
+def is_observation(message: Message) -> bool:
+    """True for a user message that carries a command's output, not the user's words.
+
+    Agents that write their commands in text send each result back as a user
+    message. Those are tool results in all but role: they may be shortened on
+    arrival, masked and summarized like tool results, and are never taken for
+    the user's latest request, which is kept verbatim. Recognized by the headers
+    of the common text-acting agents (above), or marked by the caller:
+    ``metadata={"observation": True}``.
+    """
+    if message.role != "user" or "agentcontext" in message.metadata:
+        return False
+    if message.metadata.get("observation") is True:
+        return True
+    return _OBSERVATION_HEAD.match(message.text, 0, 200) is not None
 
 
 class FallbackReason(str, Enum):

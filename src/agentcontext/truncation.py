@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from .artifacts import ArtifactRef, ArtifactStore
+from .compaction import is_observation
 from .exceptions import ConfigError, InvalidMessageError
 from .messages import ImagePart, JSONValue, Message, TextPart
 from .tokens._base import TokenCounter
@@ -293,7 +294,7 @@ class ObservationTruncator:
 
 
 def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple[Message, TruncationResult]:
-    """Apply ``truncator`` to a tool message's text; for the engine's append path.
+    """Apply ``truncator`` to a tool message's text (or an observation's: `is_observation`); for the engine's append path.
 
     String content is replaced by the preview. Part content has its text parts
     (joined by newlines, as `Message.text` does) replaced by one text part
@@ -309,21 +310,21 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
     cut.
 
     Args:
-        message: a ``tool`` role message.
+        message: a ``tool`` role message, or a user message that carries a command's output.
         truncator: the configured truncator; the message's ``name`` is passed as ``tool_name``.
 
     Returns:
         ``(message, result)``: the new (or same) message and the `TruncationResult`.
 
     Raises:
-        InvalidMessageError: when ``message`` is not a tool message.
+        InvalidMessageError: when ``message`` is neither a tool message nor an observation.
     """
     if not isinstance(message, Message):
         raise InvalidMessageError(f"truncate_message takes a Message, got {type(message).__name__}")
-    if message.role != "tool":
+    if message.role != "tool" and not is_observation(message):
         raise InvalidMessageError(
-            f"truncate_message shortens tool results only, got a {message.role!r} message; "
-            "filter with `message.role == 'tool'` first",
+            f"truncate_message shortens tool results only, got a {message.role!r} message that is not "
+            "a command's output; filter with `message.role == 'tool'` first",
             field="role",
         )
     result = truncator.truncate(message.text, tool_name=message.name)
@@ -349,6 +350,8 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
         "original_tokens_estimated": result.original_tokens_estimated,
     }
     metadata: dict[str, JSONValue] = {**message.metadata, "truncated": record}
+    if message.role == "user":
+        metadata["observation"] = True  # still one once its header or prompt is cut away
     return message.evolve(content=content, metadata=metadata), result
 
 

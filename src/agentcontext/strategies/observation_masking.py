@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..compaction import Action, ActionKind, MessageKind, marker
+from ..compaction import Action, ActionKind, MessageKind, is_observation, marker
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
 from ._base import CompactionContext, CompactionResult, PureStrategy
@@ -65,7 +65,7 @@ def _shorten_strings(value: JSONValue, max_chars: int) -> tuple[JSONValue, int]:
 
 @dataclass(frozen=True, kw_only=True)
 class MaskObservations(PureStrategy):
-    """Replace older tool results with a short placeholder; keep the newest ``keep_recent``.
+    """Replace older tool results (and observations: `is_observation`) with a short placeholder; keep the newest ``keep_recent``.
 
     Masking goes oldest first and stops once the prompt is at the target, but it
     only acts at all when it frees at least ``clear_at_least`` tokens: each mask
@@ -110,7 +110,8 @@ class MaskObservations(PureStrategy):
         """Mask old tool results (and optionally old arguments) until the target is reached."""
         counts = [ctx.count(m) for m in messages]
         total = sum(counts) + ctx.reply_overhead
-        tool_idx = [i for i, m in enumerate(messages) if m.role == "tool"]
+        # A command's output sent back as a user message (`is_observation`) is a tool result too.
+        tool_idx = [i for i, m in enumerate(messages) if m.role == "tool" or is_observation(m)]
         recent = set(tool_idx[len(tool_idx) - self.keep_recent :]) if self.keep_recent else set()
         boundary = min(recent) if recent else len(messages)
         calls = tool_call_index(messages)
@@ -147,7 +148,7 @@ class MaskObservations(PureStrategy):
             m = messages[i]
             if m.id in ctx.protected_ids or m.metadata.get("agentcontext") is not None:
                 continue  # already a placeholder or a summary, or pinned by the caller
-            tool = tool_name_for(m, calls)
+            tool = tool_name_for(m, calls) if m.role == "tool" else "the command"
             if tool in self.protected_tools or counts[i] <= self.min_tokens:
                 continue
             text = m.text

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..compaction import SummaryRequest, kind_of
+from ..compaction import SummaryRequest, is_observation, kind_of
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
 from ._commands import (
     brief_arguments,
@@ -86,15 +86,48 @@ def collect(request: SummaryRequest, lang: Language) -> State:
     for m in messages:
         if m.role == "tool" and m.tool_call_id is not None:
             results.setdefault(m.tool_call_id, m)
+    action: str | None = None
+    """The command the latest assistant message wrote in text (an agent that acts without tool calls)."""
     for i, m in enumerate(messages, start=1):
         kind = kind_of(m)
         if kind == "summary":
             _merge_summary(state, m.text, when=i)
         elif kind == "elision":
             state.notes.append(m.text)
+        elif is_observation(m):
+            _add_output(state, m.text, i)
+            if action is not None:  # the command's output: one step, as a tool call and its result
+                _add_call(state, "run", json.dumps({"command": action}), m, seq=i * 1000, lang=lang)
+            else:
+                state.add_step(
+                    Step(seq=i * 1000, text=f"output → {outcome(m.text, lang)}", failed=failed(m.text))
+                )
         elif kind != "summary_ack":
             _add_message(state, m, i, calls, results, lang)
+        if m.role != "tool":
+            action = _text_action(m) if m.role == "assistant" else None
     return state
+
+
+_FENCE = re.compile(r"^```[^\n`]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def _text_action(m: Message) -> str | None:
+    """The command an assistant message without tool calls wrote: its last fenced block."""
+    if m.tool_calls:
+        return None
+    blocks = _FENCE.findall(m.text)
+    return (blocks[-1].strip() or None) if blocks else None
+
+
+def _add_output(state: State, text: str, i: int) -> None:
+    """A tool's output: where identifiers were met, and the errors it reported."""
+    state.index.add_text(text, tier=OUTPUT, when=i)
+    for line in error_lines(text):
+        if is_verdict(line):
+            continue  # a test run's result, reported with the run
+        state.errors.pop(line, None)
+        state.errors[line] = None  # newest last
 
 
 def _add_message(
@@ -125,12 +158,7 @@ def _add_message(
             result = results.get(call.id)
             _add_call(state, call.name, call.arguments, result, seq=i * 1000 + k, lang=lang)
     else:
-        state.index.add_text(text, tier=OUTPUT, when=i)
-        for line in error_lines(text):
-            if is_verdict(line):
-                continue  # a test run's result, reported with the run
-            state.errors.pop(line, None)
-            state.errors[line] = None  # newest last
+        _add_output(state, text, i)
         if m.tool_call_id not in calls:
             name = tool_name_for(m, calls)
             state.add_step(Step(seq=i * 1000, text=f"{name} → {outcome(text, lang)}", failed=failed(text)))
