@@ -145,6 +145,34 @@ def test_a_summary_reads_each_command_with_its_output_not_as_a_request() -> None
     assert "<returncode>" not in constraints  # outputs are not the user's requests
 
 
+@pytest.mark.parametrize(
+    ("reply", "output", "step"),
+    [
+        (  # OpenHands without native function calling
+            "Let me run the tests.\n<function=execute_bash>\n<parameter=command>pytest -q tests/test_report.py</parameter>\n</function>",
+            "EXECUTION RESULT of [execute_bash]:\nE   ZeroDivisionError: division by zero\n1 failed in 0.12s",
+            "execute_bash: pytest -q tests/test_report.py",
+        ),
+        (  # ReAct
+            "Thought: I need the tests' result.\nAction: shell\nAction Input: pytest -q tests/test_report.py",
+            "Observation: E   ZeroDivisionError: division by zero\n1 failed in 0.12s",
+            "shell: pytest -q tests/test_report.py",
+        ),
+    ],
+)
+def test_calls_written_in_other_text_forms_are_steps(reply: str, output: str, step: str) -> None:
+    msgs = [
+        Message(role="user", content=TASK),
+        Message(role="assistant", content=reply),
+        Message(role="user", content=output),
+    ]
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=400))
+    assert step in section(summary, "recent_actions") or step in section(summary, "task_state")
+    assert "ZeroDivisionError: division by zero" in summary
+    assert "EXECUTION RESULT" not in section(summary, "active_constraints")
+    assert "Observation:" not in section(summary, "active_constraints")
+
+
 def _as_text_agent(path: Path) -> list[Message]:
     """A real tool-calling run rewritten the way mini-swe-agent's text mode sends it."""
     out: list[Message] = []

@@ -86,8 +86,8 @@ def collect(request: SummaryRequest, lang: Language) -> State:
     for m in messages:
         if m.role == "tool" and m.tool_call_id is not None:
             results.setdefault(m.tool_call_id, m)
-    action: str | None = None
-    """The command the latest assistant message wrote in text (an agent that acts without tool calls)."""
+    action: tuple[str, str] | None = None
+    """The call (name, JSON arguments) the latest assistant message wrote in text (an agent that acts without tool calls)."""
     for i, m in enumerate(messages, start=1):
         kind = kind_of(m)
         if kind == "summary":
@@ -97,7 +97,7 @@ def collect(request: SummaryRequest, lang: Language) -> State:
         elif is_observation(m):
             _add_output(state, m.text, i)
             if action is not None:  # the command's output: one step, as a tool call and its result
-                _add_call(state, "run", json.dumps({"command": action}), m, seq=i * 1000, lang=lang)
+                _add_call(state, *action, m, seq=i * 1000, lang=lang)
             else:
                 state.add_step(
                     Step(seq=i * 1000, text=f"output → {outcome(m.text, lang)}", failed=failed(m.text))
@@ -110,14 +110,37 @@ def collect(request: SummaryRequest, lang: Language) -> State:
 
 
 _FENCE = re.compile(r"^```[^\n`]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# OpenHands' calls for models without native function calling, and a ReAct step.
+_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.DOTALL)
+_PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
+_REACT = re.compile(r"^Action:[ \t]*([\w.-]+)[ \t]*\n+Action Input:[ \t]*(.*)", re.DOTALL | re.MULTILINE)
 
 
-def _text_action(m: Message) -> str | None:
-    """The command an assistant message without tool calls wrote: its last fenced block."""
+def _text_action(m: Message) -> tuple[str, str] | None:
+    """The call an assistant message without tool calls wrote in its text, as (name, JSON arguments).
+
+    The first found of: the last ``<function=name><parameter=key>value</parameter></function>``
+    (OpenHands without native function calling), ``Action: name`` / ``Action Input: ...``
+    (ReAct), the last fenced block (mini-swe-agent, SWE-agent: a shell command).
+    """
     if m.tool_calls:
         return None
-    blocks = _FENCE.findall(m.text)
-    return (blocks[-1].strip() or None) if blocks else None
+    text = m.text
+    calls = _FUNCTION.findall(text)
+    if calls:
+        name, body = calls[-1]
+        return name, json.dumps({k: v.strip("\n") for k, v in _PARAMETER.findall(body)})
+    react = _REACT.search(text)
+    if react is not None:
+        given = react[2].split("\nObservation:", 1)[0].strip()
+        try:
+            parsed = json.loads(given)
+        except ValueError:
+            parsed = None
+        return react[1], json.dumps(parsed if isinstance(parsed, dict) else {"input": given})
+    blocks = _FENCE.findall(text)
+    command = blocks[-1].strip() if blocks else ""
+    return ("run", json.dumps({"command": command})) if command else None
 
 
 def _add_output(state: State, text: str, i: int) -> None:

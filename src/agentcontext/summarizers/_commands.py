@@ -112,6 +112,7 @@ _ARG_KEYS = (
     "url",
     "pattern",
     "q",
+    "input",
 )
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 
