@@ -380,3 +380,65 @@ def test_docstring_examples_run() -> None:
     import doctest
 
     assert doctest.testmod(oai).failed == 0
+
+
+# ----------------------------------------------------------------------------- unknown="keep"
+
+KEPT = [
+    {
+        "role": "system",
+        "content": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Summarize the report.", "cache_control": {"type": "ephemeral"}},
+            {"type": "file", "file": {"file_id": "file-abc"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{**CALL, "index": 0, "function": {**CALL["function"], "thought_signature": "s1"}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+    {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]},
+]
+
+
+def test_keep_carries_what_is_not_modelled_and_writes_it_back_exactly() -> None:
+    # A proxy in front of any client gets cache_control on text parts (LiteLLM's way to Anthropic's
+    # prompt cache), files, audio and provider fields on tool calls: "raise" refuses the request.
+    with pytest.raises(InvalidMessageError, match="cache_control"):
+        oai.to_messages(KEPT)
+    before = copy.deepcopy(KEPT)
+    with pytest.warns(Warning, match=r"'cache_control' on text parts.*'file' parts in user messages"):
+        msgs = oai.to_messages(KEPT, unknown="keep")
+    assert KEPT == before
+    assert oai.from_messages(msgs) == KEPT  # every dict comes back exactly
+    # What is counted is what agentcontext models: the texts, the call, and a marker for audio alone.
+    assert msgs[1].content == (TextPart(text="Summarize the report."),)
+    assert msgs[2].tool_calls == (ToolCall(id="c1", name="ls", arguments='{"path": "/tmp"}'),)
+    assert msgs[4].text == "[agentcontext: content parts kept as sent]"
+    assert "openai" not in msgs[3].metadata  # nothing to carry: a plain message stays plain
+    # Ids derive from the dicts as with "raise": the same message gets the same id either way.
+    assert oai.to_messages(KEPT[3:4], unknown="keep")[0].id == oai.to_messages(KEPT[3:4])[0].id
+
+
+def test_a_message_the_engine_changed_is_written_from_what_it_now_holds() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        msgs = oai.to_messages(KEPT, unknown="keep")
+    changed = msgs[1].evolve(content="[summary of the report request]")
+    assert oai.from_message(changed) == {"role": "user", "content": "[summary of the report request]"}
+
+
+def test_keep_still_refuses_what_is_malformed_and_a_bad_mode() -> None:
+    with pytest.raises(InvalidMessageError, match=r"message 0, field 'content\[0\]\.text'"):
+        oai.to_messages(
+            [{"role": "user", "content": [{"type": "text", "text": 3, "cache_control": {}}]}], unknown="keep"
+        )
+    with pytest.raises(InvalidMessageError, match="unknown must be 'raise' or 'keep'"):
+        oai.to_messages([{"role": "user", "content": "hi"}], unknown="drop")  # type: ignore[arg-type]

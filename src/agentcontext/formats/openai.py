@@ -28,8 +28,13 @@ What is kept, and how:
 - Inside content parts and tool calls nothing is dropped: a part type or key
   agentcontext does not model (``input_audio``, ``file``, ``refusal`` parts,
   ``cache_control``...) raises `InvalidMessageError` naming the message and the
-  field, rather than vanishing. ``null`` for ``name`` or ``tool_calls`` reads as
-  absent.
+  field, rather than vanishing; or, with ``to_messages(..., unknown="keep")``
+  (what a proxy in front of any client needs: LiteLLM users put
+  ``cache_control`` on text parts for Anthropic models), the message's dict
+  travels whole in ``metadata["openai"]`` and comes back exactly while the
+  engine leaves the message unchanged; its modelled parts are what is counted,
+  and a part of a type it does not model is counted as a short marker.
+  ``null`` for ``name`` or ``tool_calls`` reads as absent.
 
 Ids: `to_messages` gives each message ``derive_id(previous id, canonical JSON of
 its dict)``, so converting the same list twice gives the same ids and two lists
@@ -39,10 +44,11 @@ ids or `Message.metadata`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeAlias, cast
 
-from ..exceptions import InvalidMessageError
+from ..exceptions import ConversionWarning, InvalidMessageError
 from ..invariants import ensure_valid
 from ..messages import (
     ROLES,
@@ -59,7 +65,11 @@ from ..messages import (
 from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
 from ._wire import ChatMessage
 
-__all__ = ["from_message", "from_messages", "to_message", "to_messages"]
+__all__ = ["KEY", "from_message", "from_messages", "to_message", "to_messages"]
+
+KEY = "openai"
+"""The metadata key under which ``unknown="keep"`` carries a message's dict (with the id it belongs to)."""
+Unknown: TypeAlias = Literal["raise", "keep"]
 
 _MODELLED = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 # Which content part types OpenAI accepts in which role (the SDK's *MessageParam
@@ -77,12 +87,16 @@ _DETAILS = ("auto", "low", "high")
 # ----------------------------------------------------------------------------- OpenAI -> canonical
 
 
-def to_messages(dicts: Iterable[Mapping[str, object]]) -> list[Message]:
+def to_messages(dicts: Iterable[Mapping[str, object]], *, unknown: Unknown = "raise") -> list[Message]:
     """Convert a list of OpenAI Chat Completions message dicts to canonical messages.
 
     Args:
         dicts: the messages, as sent to or returned by the API (JSON-decoded).
             Not modified.
+        unknown: what to do with content parts, and keys on them, that agentcontext
+            does not model: ``"raise"`` (default) refuses them by name; ``"keep"``
+            carries the message's dict whole (see the module docstring) and warns
+            once (`ConversionWarning`) that they are kept as sent and not counted.
 
     Returns:
         One `Message` per dict, with deterministic chain ids (see the module docstring).
@@ -98,15 +112,33 @@ def to_messages(dicts: Iterable[Mapping[str, object]]) -> list[Message]:
         )
     out: list[Message] = []
     previous: str | None = None
+    kept: set[str] = set()
     for index, d in enumerate(dicts):
-        message = to_message(d, index=index, previous_id=previous)
+        message = _to_message(d, index, previous, unknown, kept)
         out.append(message)
         previous = message.id
+    _warn_kept(kept)
     return out
 
 
+def _warn_kept(kept: set[str]) -> None:
+    if kept:
+        warnings.warn(
+            "OpenAI "
+            + "; ".join(sorted(kept))
+            + ": not modelled by agentcontext, so kept as sent for the messages it does not change, "
+            "and not counted",
+            ConversionWarning,
+            stacklevel=3,
+        )
+
+
 def to_message(
-    d: Mapping[str, object], *, index: int | None = None, previous_id: str | None = None
+    d: Mapping[str, object],
+    *,
+    index: int | None = None,
+    previous_id: str | None = None,
+    unknown: Unknown = "raise",
 ) -> Message:
     """Convert one OpenAI message dict to a canonical message.
 
@@ -117,16 +149,29 @@ def to_message(
             When neither ``index`` nor ``previous_id`` is given (a message converted
             on its own, as an agent loop appends replies), the message gets a fresh
             random id instead: two identical replies ("ok") must not share an id.
+        unknown: ``"raise"`` or ``"keep"`` (see `to_messages`).
 
     Raises:
         InvalidMessageError: ``d`` is malformed (see `to_messages`).
     """
+    kept: set[str] = set()
+    message = _to_message(d, index, previous_id, unknown, kept)
+    _warn_kept(kept)
+    return message
+
+
+def _to_message(
+    d: Mapping[str, object], index: int | None, previous_id: str | None, unknown: Unknown, kept: set[str]
+) -> Message:
+    if unknown not in ("raise", "keep"):
+        raise InvalidMessageError(f"unknown must be 'raise' or 'keep', got {unknown!r}")
     if not isinstance(d, Mapping):
         fail(f"expected a message dict, got {type_name(d)}", index=index)
     extra: dict[str, JSONValue] = {}
     role = _role_in(d, index, extra)
-    content = _content_in(d, role, index)
-    tool_calls = _tool_calls_in(d.get("tool_calls"), role, index)
+    reduced: set[str] = set()
+    content = _content_in(d, role, index, reduced if unknown == "keep" else None)
+    tool_calls = _tool_calls_in(d.get("tool_calls"), role, index, reduced if unknown == "keep" else None)
     tool_call_id = _tool_call_id_in(d, role, index)
     name = d.get("name")
     if name is not None and not isinstance(name, str):
@@ -137,6 +182,14 @@ def to_message(
         if not isinstance(key, str):
             fail(f"message keys must be strings, got {type_name(key)} ({key!r})", index=index)
         extra[key] = json_value(value, index=index, field=key)
+    message_id = (
+        new_id() if index is None and previous_id is None else derive_id(previous_id, canonical_json(d))
+    )
+    metadata: dict[str, JSONValue] = {}
+    if reduced:
+        # The dict this message came from, whole: written back as it was while its id stands.
+        kept.update(reduced)
+        metadata[KEY] = {"id": message_id, "wire": json_value(dict(d), index=index, field="content")}
     try:
         return Message(
             role=role,
@@ -145,9 +198,8 @@ def to_message(
             tool_call_id=tool_call_id,
             name=name,
             extra=extra,
-            id=new_id()
-            if index is None and previous_id is None
-            else derive_id(previous_id, canonical_json(d)),
+            id=message_id,
+            metadata=metadata,
         )
     except InvalidMessageError as e:
         raise at(e, index=index) from None
@@ -181,8 +233,9 @@ def _role_in(d: Mapping[str, object], index: int | None, extra: dict[str, JSONVa
 
 
 def _content_in(
-    d: Mapping[str, object], role: Role, index: int | None
+    d: Mapping[str, object], role: Role, index: int | None, reduced: set[str] | None
 ) -> str | tuple[ContentPart, ...] | None:
+    """The content, checked; with ``reduced`` (``unknown="keep"``), what is not modelled is left out and named there."""
     value = d.get("content")
     if isinstance(value, str):
         return value
@@ -204,8 +257,39 @@ def _content_in(
     allowed = _PART_TYPES[role]
     parts: list[ContentPart] = []
     for j, part in enumerate(value):
+        if reduced is not None and isinstance(part, Mapping):
+            part = _modelled_part(part, role, allowed, reduced)
+            if part is None:
+                continue
         parts.append(_part_in(part, role, allowed, index, f"content[{j}]"))
+    if reduced and not parts:
+        # Only parts agentcontext does not model (a file, audio...): a marker stands for them in the text.
+        parts.append(TextPart(text="[agentcontext: content parts kept as sent]"))
     return tuple(parts)
+
+
+_PART_KEYS: Mapping[str, tuple[str, ...]] = {"text": ("type", "text"), "image_url": ("type", "image_url")}
+
+
+def _modelled_part(
+    part: Mapping[str, object], role: Role, allowed: frozenset[str], reduced: set[str]
+) -> Mapping[str, object] | None:
+    """``part`` reduced to what agentcontext models (None: a part it does not model); what is left out is named."""
+    kind = part.get("type")
+    if not isinstance(kind, str) or kind not in allowed:
+        reduced.add(f"{kind!r} parts in {role} messages")
+        return None
+    keys = _PART_KEYS[kind]
+    if all(k in keys for k in part):
+        image = part.get("image_url")
+        if not isinstance(image, Mapping) or all(k in ("url", "detail") for k in image):
+            return part
+    reduced.add(", ".join(repr(k) for k in part if k not in keys) + f" on {kind} parts")
+    out = {k: v for k, v in part.items() if k in keys}
+    image = out.get("image_url")
+    if isinstance(image, Mapping):
+        out["image_url"] = {k: v for k, v in image.items() if k in ("url", "detail")}
+    return out
 
 
 def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | None, field: str) -> ContentPart:
@@ -253,7 +337,9 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
         raise at(e, index=index, field=f"{field}.image_url.url") from None
 
 
-def _tool_calls_in(value: object, role: Role, index: int | None) -> tuple[ToolCall, ...]:
+def _tool_calls_in(
+    value: object, role: Role, index: int | None, reduced: set[str] | None
+) -> tuple[ToolCall, ...]:
     if value is None:
         return ()
     if role != "assistant":
@@ -265,7 +351,7 @@ def _tool_calls_in(value: object, role: Role, index: int | None) -> tuple[ToolCa
         field = f"tool_calls[{k}]"
         if not isinstance(call, Mapping):
             fail(f"a tool call must be an object, got {type_name(call)}", index=index, field=field)
-        only_keys(call, ("id", "type", "function"), index=index, field=field)
+        _known_keys(call, ("id", "type", "function"), index, field, reduced, "tool calls")
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:
             fail(
@@ -287,7 +373,9 @@ def _tool_calls_in(value: object, role: Role, index: int | None) -> tuple[ToolCa
                 index=index,
                 field=f"{field}.function",
             )
-        only_keys(function, ("name", "arguments"), index=index, field=f"{field}.function")
+        _known_keys(
+            function, ("name", "arguments"), index, f"{field}.function", reduced, "tool call functions"
+        )
         name = function.get("name")
         if not isinstance(name, str):
             fail(
@@ -308,6 +396,23 @@ def _tool_calls_in(value: object, role: Role, index: int | None) -> tuple[ToolCa
         except InvalidMessageError as e:
             raise at(e, index=index, field=field) from None
     return tuple(calls)
+
+
+def _known_keys(
+    d: Mapping[object, object],
+    allowed: tuple[str, ...],
+    index: int | None,
+    field: str,
+    reduced: set[str] | None,
+    where: str,
+) -> None:
+    """Refuse keys outside ``allowed``; with ``reduced`` (``unknown="keep"``), name them there instead."""
+    if reduced is None:
+        only_keys(d, allowed, index=index, field=field)
+        return
+    other = [repr(k) for k in d if k not in allowed]
+    if other:
+        reduced.add(", ".join(other) + f" on {where}")
 
 
 def _tool_call_id_in(d: Mapping[str, object], role: Role, index: int | None) -> str | None:
@@ -371,6 +476,10 @@ def from_message(m: Message, *, index: int | None = None) -> ChatMessage:
     """
     if not isinstance(m, Message):
         fail(f"expected an agentcontext Message, got {type(m).__name__}", index=index)
+    meta = m.metadata.get(KEY) if m.metadata else None
+    if isinstance(meta, Mapping) and meta.get("id") == m.id and isinstance(meta.get("wire"), Mapping):
+        # Read with unknown="keep" and not changed since: the dict it came from, exactly.
+        return cast(ChatMessage, json_value(meta["wire"], index=index, field="metadata.openai.wire"))
     role: str = m.role
     if "role" in m.extra:
         if m.role != "system" or m.extra["role"] != "developer":
