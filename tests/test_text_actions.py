@@ -212,3 +212,18 @@ def test_a_real_text_agent_run_fits_with_its_task_commands_and_files(name: str) 
     assert "<recent_actions>" in summary or "<file_system_state>" in summary
     constraints = section(summary, "active_constraints")
     assert "<returncode>" not in constraints
+
+
+def test_outputs_beyond_the_horizon_are_not_kept_as_the_users_requests() -> None:
+    # At any age the horizon keeps the user's requests (up to a ledger's room): not command outputs.
+    msgs = text_agent(400)
+    engine = ContextEngine(window=3_000, reserve=500, counter=WordCounter(), horizon=5_000)
+    prepared = engine.prepare(msgs)
+    out = list(prepared.messages)
+    check_messages(out)
+    horizon = next(a for a in prepared.report.actions if a.strategy == "horizon")
+    dropped = set(horizon.message_ids)
+    cut = max(i for i, m in enumerate(msgs) if m.id in dropped)
+    assert cut > 100
+    assert all(m.id in dropped for m in msgs[:cut] if is_observation(m))  # every output before the cut goes
+    assert msgs[1].id not in dropped and any(m.text == TASK for m in out)  # the task stays

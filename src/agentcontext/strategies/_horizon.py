@@ -120,7 +120,7 @@ def cut_at_horizon(
         role, meta = m.role, m.metadata
         if role == "system" or (meta and (m.id in protected_ids or kind_of(m) in _KEPT_KINDS)):
             keep.add(i)
-        elif role == "user" and "agentcontext" not in meta:
+        elif role == "user" and is_user_request(m):
             users.append(i)
     if users:
         keep.add(users[0])  # the goal
