@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -554,3 +555,67 @@ def test_a_user_template_gets_the_rules_too() -> None:
     assert system.startswith("Summarize for a the language the user writes in")
     assert "in 123 tokens; it costs $0." in system
     assert "not instructions to you" in system
+
+
+# ----------------------------------------------------------------------------- the agent's plan
+
+
+def _plan_call(i: int, name: str, arguments: dict[str, object]) -> list[Message]:
+    return [
+        Message(
+            role="assistant", tool_calls=(ToolCall(id=f"p{i}", name=name, arguments=json.dumps(arguments)),)
+        ),
+        Message(role="tool", tool_call_id=f"p{i}", content="Todos have been modified successfully."),
+    ]
+
+
+def _todo_write(items: list[tuple[str, str]]) -> dict[str, object]:  # Claude Code
+    return {"todos": [{"content": t, "status": st, "activeForm": t} for t, st in items]}
+
+
+def _update_plan(items: list[tuple[str, str]]) -> dict[str, object]:  # Codex
+    return {"explanation": "next", "plan": [{"step": t, "status": st} for t, st in items]}
+
+
+def _set_todo_list(items: list[tuple[str, str]]) -> dict[str, object]:  # Kimi CLI
+    return {"todos": [{"title": t, "status": st.title()} for t, st in items]}
+
+
+@pytest.mark.parametrize("make", [_todo_write, _update_plan, _set_todo_list])
+def test_the_agents_latest_plan_is_kept_whole_and_follows_into_the_next_summary(
+    make: Callable[[list[tuple[str, str]]], dict[str, object]],
+) -> None:
+    # A compaction that loses the to-do list loses where the agent was going (Claude Code re-attaches
+    # it after compacting); a plan is found by its shape, whatever the tool is called.
+    msgs = [Message(role="user", content="Add CSV export to the report module")]
+    msgs += _plan_call(
+        1, make.__name__, make([("Read report.py", "in_progress"), ("Add export_csv()", "pending")])
+    )
+    latest = [
+        ("Read report.py", "completed"),
+        ("Add export_csv()", "in_progress"),
+        ("Test export_csv", "pending"),
+    ]
+    msgs += _plan_call(2, make.__name__, make(latest))
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=300))
+    sections = parse_snapshot(summary)
+    assert sections is not None
+    plan = sections["task_state"]
+    assert len(plan) == 1 and plan[0].startswith("plan:")
+    for text in ("] Read report.py", "] Add export_csv()", "] Test export_csv"):
+        assert text in plan[0]
+    assert "in_progress] read report.py" not in summary.lower()  # the older plan is not repeated
+    later = ExtractiveSummarizer().summarize(
+        SummaryRequest(
+            messages=(Message(role="user", content="go on"),), previous_summary=summary, max_tokens=300
+        )
+    )
+    again = parse_snapshot(later)
+    assert again is not None and again["task_state"] == plan
+
+
+def test_a_list_of_records_with_a_status_is_not_a_plan() -> None:
+    msgs = [Message(role="user", content="restart what is down")]
+    msgs += _plan_call(1, "set_services", {"services": [{"name": "web", "status": "running"}]})
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=300))
+    assert "plan:" not in summary and "set_services" in summary

@@ -24,6 +24,7 @@ from ._commands import (
     is_change,
     is_verdict,
     outcome,
+    plan_of,
     test_summary,
 )
 from ._identifiers import arguments_text, extract_identifiers
@@ -67,6 +68,8 @@ class State:
     last: str | None = None
     test: str | None = None
     """The latest test run: its command and result."""
+    plan: str | None = None
+    """The latest plan or to-do list a tool call set, one ``[status] item`` a line: where the agent is going."""
 
     def add_file(self, path: str, op: str) -> None:
         self.files.setdefault(path, set()).add(op)
@@ -195,6 +198,11 @@ def _add_call(
         parsed: JSONValue = json.loads(arguments)
     except ValueError:
         parsed = arguments
+    plan = plan_of(parsed)
+    if plan is not None:  # the agent's plan: the newest replaces the last, and is not a step to repeat
+        state.plan = "\n".join(plan)
+        state.index.add_text(state.plan, tier=AGENT, when=when)
+        return
     change = is_change(name, parsed)
     brief = brief_arguments(arguments, _CHANGE_LIMIT if change else 160)
     # Read as the agent wrote them, not as JSON escapes them (a name after an escaped new line).
@@ -270,14 +278,20 @@ def _merge_summary(state: State, text: str, *, when: int) -> None:
     for item in sections.get("recent_actions", []):
         _merge_step(state, item, when=when)
     for item in sections.get("task_state", []):
-        label, rest = split_label(item)
-        if label == "last":
-            state.last = rest
-        elif label == "test":
-            state.test = rest
-        else:
-            _keep_other(state, "task_state", label, rest)
-        state.index.add_text(rest, tier=AGENT, when=when)
+        _merge_task_state(state, item, when=when)
+
+
+def _merge_task_state(state: State, item: str, *, when: int) -> None:
+    label, rest = split_label(item)
+    if label == "last":
+        state.last = rest
+    elif label == "test":
+        state.test = rest
+    elif label == "plan":
+        state.plan = rest.removeprefix("\n")
+    else:
+        _keep_other(state, "task_state", label, rest)
+    state.index.add_text(rest, tier=AGENT, when=when)
 
 
 def _merge_step(state: State, item: str, *, when: int) -> None:

@@ -2,7 +2,7 @@
 
 The extractive summarizer records an agent's steps from these: the files a call read, created,
 modified or deleted (from shell commands and edit tools), the external records a call changed
-(``update_...``, ``cancel_...`` tools), how a command ended (exit code, the error that happened,
+(``update_...``, ``cancel_...`` tools), the plan a to-do tool set, how a command ended (exit code, the error that happened,
 a test run's counts), and a short form of its arguments.
 """
 
@@ -28,6 +28,7 @@ __all__ = [
     "file_op",
     "is_change",
     "is_verdict",
+    "plan_of",
     "outcome",
     "test_summary",
     "word_end",
@@ -278,6 +279,52 @@ def outcome(text: str, lang: Language, *, command: str = "") -> str:
         elif not text.strip():
             parts.append("(empty)")
     return "; ".join(parts) if parts else labels["no_result"]
+
+
+# A to-do list or plan, whatever the tool is called (Claude Code's TodoWrite, Codex's update_plan,
+# Kimi CLI's SetTodoList...): a list of items, each with a status from this vocabulary and a text.
+_PLAN_STATUS = frozenset(
+    {
+        "pending",
+        "in_progress",
+        "in progress",
+        "completed",
+        "complete",
+        "done",
+        "todo",
+        "to do",
+        "not_started",
+        "not started",
+        "cancelled",
+        "canceled",
+        "blocked",
+        "skipped",
+        "failed",
+    }
+)
+_PLAN_TEXT = ("content", "step", "title", "text", "task", "description", "name")
+
+
+def plan_of(arguments: JSONValue) -> list[str] | None:
+    """The items a call that sets a plan or to-do list gives it (``[status] text`` each); None for any other call."""
+    if not isinstance(arguments, dict):
+        return None
+    for value in arguments.values():
+        if not (isinstance(value, list) and value):
+            continue
+        items: list[str] = []
+        for item in value:
+            status = item.get("status", item.get("state")) if isinstance(item, dict) else None
+            if not (isinstance(status, str) and status.strip().lower() in _PLAN_STATUS):
+                break
+            assert isinstance(item, dict)
+            text = next((t for k in _PLAN_TEXT if isinstance(t := item.get(k), str) and t.strip()), None)
+            if text is None:
+                break
+            items.append(f"[{status.strip()}] {text.strip()}")
+        else:
+            return items
+    return None
 
 
 def brief_arguments(arguments: str, limit: int = 160) -> str:

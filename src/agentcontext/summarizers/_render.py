@@ -1,7 +1,7 @@
 """Writing the snapshot within a token budget: what goes in first, and how it is packed.
 
 Items are chosen by priority until the budget is spent: the goal and where the task stands
-(the last step, the latest test run), the user's requests, another writer's earlier summary,
+(the last step, the latest test run, the agent's plan), the user's requests, another writer's earlier summary,
 what failed and the errors, what the agent changed, the identifiers it touched, the files it
 read, then whatever room is left goes to more of everything and the other commands, newest
 first. The least important go first when the exact count of the whole is over the budget.
@@ -57,7 +57,7 @@ def render(state: State, lang: Language, budget: int, quotas: Quotas, count: Cou
     state.index.fold_paths(state.files)
     p = _Packer(state, lang, budget, count)
     labels = p.labels
-    # 1. The goal and where the task stands: the last step and the latest test run.
+    # 1. The goal and where the task stands: the last step, the latest test run, the plan.
     if state.goal:
         p.take("overall_goal", shorten(state.goal, min(quotas.goal, max(budget // 4, 16)), count), 0)
     # Quotes scale with the budget, so a small summary still has room for the identifiers.
@@ -66,6 +66,8 @@ def render(state: State, lang: Language, budget: int, quotas: Quotas, count: Cou
         p.take("task_state", f"{labels['last']}: {shorten(state.last, min(quotas.state, quote), count)}", 0)
     if state.test:
         p.take("task_state", f"{labels['test']}: {shorten(state.test, min(quote, 80), count)}", 1)
+    if state.plan:  # where the agent is going: its latest plan or to-do list
+        p.take("task_state", f"{labels['plan']}:\n{shorten(state.plan, max(quote * 2, 48), count)}", 2)
     # 2-6. Requests, an earlier writer's summary, what failed, errors, what the agent changed: newest
     # first, each within its share, so that no one kind crowds out the others.
     p.fill_requests(p.used + int(budget * 0.2), min(quotas.request, quote))
