@@ -297,6 +297,96 @@ def test_langgraph_pre_model_hook() -> None:
     assert compactions(engine) >= 2
 
 
+# ----------------------------------------------------------------------------- one-shot fits
+
+
+def long_history(steps: int = 70) -> list[Any]:
+    """A whole agent run sent at once (about 34k tokens: three budgets of a 16k window), then a new request."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    history: list[Any] = [HumanMessage("build everything")]
+    for k in range(steps):
+        history.append(
+            AIMessage(content="", tool_calls=[{"name": "run", "args": {"step": k}, "id": f"c{k}"}])
+        )
+        history.append(ToolMessage(content=run_tool(15).invoke({"step": k}), tool_call_id=f"c{k}"))
+    history += [AIMessage(content="done"), HumanMessage("now summarize the build")]
+    return history
+
+
+def middleware(through: str, **options: Any) -> ContextMiddleware:
+    engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
+    if through == "session":
+        return ContextMiddleware(
+            session=Session.from_store(MemoryStore(), engine=engine), recall=False, **options
+        )
+    return ContextMiddleware(engine, **options)
+
+
+@pytest.mark.parametrize(("fill", "through"), [(True, "engine"), (0.9, "engine"), (True, "session")])
+def test_a_history_sent_once_with_fill_fills_the_budget_and_the_default_compacts_to_its_target(
+    fill: bool | float, through: str
+) -> None:
+    filled, default = middleware(through, fill=fill), middleware(through)
+    reports = []
+    for context in (filled, default):
+        with ProviderServer(window=WINDOW, policy=tool_loop(steps=0, final="ok")) as server:
+            agent_for(server, [context]).invoke({"messages": long_history()}, config(None, 1))
+        assert_requests_ok(server, "now summarize the build")
+        assert context.last is not None
+        reports.append(context.last.report)
+    one_shot, running = reports
+    assert one_shot.tokens_before > 2 * one_shot.budget
+    assert any(n.startswith("one-shot fit: filled to") for n in one_shot.notes) and one_shot.fill
+    share = 0.96 if fill is True else fill  # the budget less a 4% margin, or the share asked for
+    # Nearly all of it used: what is left is about one round of the history (400 tokens) or less.
+    assert (share - 0.06) * one_shot.budget < one_shot.tokens_after <= share * one_shot.budget
+    assert one_shot.tokens_after > 0.85 * one_shot.budget
+    # A running agent's default: down to the hysteresis target, well below the budget.
+    assert not running.fill and not any("one-shot" in n for n in running.notes)
+    assert running.tokens_after <= running.target + 0.05 * running.budget < 0.6 * running.budget
+
+
+def test_pre_model_hook_fills_the_budget_when_asked() -> None:
+    from agentcontext.integrations.langgraph import pre_model_hook
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from langgraph.prebuilt import create_react_agent
+
+    tools = [run_tool()]
+    sent = {}
+    for fill in (True, False):
+        engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
+        with ProviderServer(window=WINDOW, policy=tool_loop(steps=0, final="ok")) as server:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                agent = create_react_agent(
+                    chat_model(server),
+                    tools,
+                    prompt=SYSTEM,
+                    pre_model_hook=pre_model_hook(engine, prompt=SYSTEM, tools=tools, fill=fill),
+                )
+            asyncio.run(agent.ainvoke({"messages": long_history()}, config(None, 1)))  # the async path
+        assert_requests_ok(server, "now summarize the build")
+        (request,) = server.requests
+        sent[fill] = request.tokens / engine.budget  # counted by the server, on its own
+    assert sent[True] > 0.85  # nearly the whole budget
+    assert sent[False] < 0.6  # the hysteresis target
+
+
+def test_a_bad_fill_is_refused_when_the_middleware_or_hook_is_built() -> None:
+    from agentcontext.integrations.langgraph import pre_model_hook
+
+    engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
+    for bad in (1.5, 0, 1, "yes", None, float("nan")):
+        with pytest.raises(ac.ConfigError, match=r"fill must be False .* got " + re.escape(repr(bad))):
+            ContextMiddleware(engine, fill=bad)  # type: ignore[arg-type]
+        with pytest.raises(ac.ConfigError, match="fill must be"):
+            pre_model_hook(engine, fill=bad)  # type: ignore[arg-type]
+    assert ContextMiddleware(engine, fill=0.9)._core.fill == 0.9
+
+
 # ----------------------------------------------------------------------------- the README's lines
 
 

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from litellm.utils import trim_messages
 
+from agentcontext.exceptions import ConfigError
+from agentcontext.formats import anthropic, responses
+from agentcontext.formats import openai as oai
 from agentcontext.integrations.litellm import ContextHook
 from litellm_proxy import EXAMPLE, ROOT, Proxy, documented_config, start_proxy
 from providers import (
@@ -450,3 +454,189 @@ def test_the_hook_fits_off_the_event_loop_one_request_of_a_conversation_at_a_tim
     for request in done:
         assert check_messages(to_messages(request["messages"])) == []
     assert done[1]["messages"][-1] == {"role": "user", "content": "and then?"}
+
+
+# ----------------------------------------------------------------------------- one-shot fits
+
+BUDGET = WINDOW - WINDOW // 4
+"""The hook's budget for the proxy's model groups: their window, less a quarter kept for the reply."""
+
+
+def history_once(steps: int = 60) -> list[dict[str, Any]]:
+    """A whole history sent in one request (about 9k tokens, two budgets) by a client that never compacts."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find which step fails."},
+    ]
+    for step in range(steps):
+        call = {"id": f"call_o{step}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append(
+            {"role": "tool", "tool_call_id": call["id"], "content": f"step {step}\n" + OUTPUT_LINE * 12}
+        )
+    messages.append({"role": "user", "content": "Now answer: which step failed?"})
+    return messages
+
+
+def test_the_proxy_fills_the_budget_when_a_request_asks_and_compacts_to_its_target_otherwise(
+    proxy: Proxy, upstream: ProviderServer
+) -> None:
+    messages = history_once()
+    assert _check_openai({"model": "gpt-5", "messages": messages})[1] > 2 * BUDGET
+    sent: dict[str, Request] = {}
+    asks: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+        "default": ({}, {}),
+        "header": ({}, {"x-agentcontext-fill": "1"}),
+        "metadata": ({"metadata": {"agentcontext_fill": 0.9}}, {}),
+        "bad": ({}, {"x-agentcontext-fill": "lots"}),
+    }
+    for name, (extra, headers) in asks.items():
+        start = len(upstream.requests)
+        body = {"model": "gpt-5", "messages": messages, **extra}
+        reply = proxy.post(
+            "/v1/chat/completions", body, **{"x-agentcontext-session": f"once-{name}"}, **headers
+        )
+        assert reply["choices"][0]["message"]["content"] == "The third step failed."
+        (sent[name],) = sent_since(upstream, start)
+        assert_fits([sent[name]])
+        assert sent[name].latest_user_text() == "Now answer: which step failed?"
+    assert sent["header"].tokens > 0.85 * BUDGET  # nearly the whole budget (counted by the provider)
+    assert 0.8 * BUDGET < sent["metadata"].tokens <= 0.9 * BUDGET  # the share asked for
+    assert sent["default"].tokens < 0.6 * BUDGET  # the hysteresis target
+    # A value the hook cannot read: one warning line naming it, and the request fitted with the default.
+    assert sent["bad"].tokens == sent["default"].tokens
+    # On /v1/messages, where `metadata` is Anthropic's, the signal goes in LiteLLM's own `litellm_metadata`.
+    for name, extra in (
+        ("anthropic-default", {}),
+        ("anthropic", {"litellm_metadata": {"agentcontext_fill": 1}}),
+    ):
+        start = len(upstream.requests)
+        body = {"model": "claude-sonnet-4-5", **anthropic_once(), **extra}
+        proxy.post(
+            "/v1/messages", body, **{"anthropic-version": "2023-06-01", "x-agentcontext-session": name}
+        )
+        (sent[name],) = sent_since(upstream, start)
+        assert_fits([sent[name]])
+        assert "litellm_metadata" not in sent[name].body
+    assert sent["anthropic"].tokens > 1.5 * sent["anthropic-default"].tokens
+    lines = proxy.log_lines(
+        "agentcontext: /chat/completions request: ignored x-agentcontext-fill header 'lots'"
+    )
+    assert len(lines) == 1 and "fitted with the hook's default fill=False" in lines[0]
+    assert proxy.process.poll() is None
+
+
+class Recording:
+    """An engine factory for the hook (``engine=``) that keeps the report of every preparation."""
+
+    def __init__(self) -> None:
+        self.reports: list[Any] = []
+
+    def __call__(self, spec: Any, window: int, reserve: int) -> Any:
+        from agentcontext import ContextEngine
+
+        reports = self.reports
+
+        class Engine(ContextEngine):
+            def prepare(self, *args: Any, **kwargs: Any) -> Any:
+                prepared = super().prepare(*args, **kwargs)
+                reports.append(prepared.report)
+                return prepared
+
+        return Engine(spec, window=window, reserve=reserve)
+
+
+def fit_once(
+    hook: ContextHook,
+    *,
+    call_type: str = "acompletion",
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"model": "gpt-4o", "messages": history_once(), **extra}
+    if headers is not None:
+        data["proxy_server_request"] = {"headers": headers}
+    return asyncio.run(hook.async_pre_call_hook(None, None, data, call_type))
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_the_hook_fills_the_budget_by_default_or_per_request_and_its_report_says_so(
+    sessions: bool, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    where = tmp_path / "sessions" if sessions else None
+    recording = Recording()
+    hook = ContextHook(window=WINDOW, reserve=WINDOW // 4, engine=recording, sessions=where)
+    filling = ContextHook(window=WINDOW, reserve=WINDOW // 4, engine=recording, sessions=where, fill=True)
+    asks: list[tuple[ContextHook, dict[str, Any]]] = [
+        (hook, {}),  # the default: hysteresis
+        (filling, {}),  # the hook's default: a one-shot fit
+        (hook, {"headers": {"X-AgentContext-Fill": "true"}}),
+        (hook, {"headers": {"x-agentcontext-fill": "0.9"}}),
+        (hook, {"metadata": {"agentcontext_fill": True}}),
+        (filling, {"headers": {"x-agentcontext-fill": "0"}}),  # a request opting out
+        (
+            filling,
+            {"metadata": {"agentcontext_fill": 0}, "headers": {"x-agentcontext-fill": "0.9"}},
+        ),  # header wins
+        (hook, {"headers": {"x-agentcontext-fill": "1.5"}}),  # refused: the default, and one warning
+        (filling, {"metadata": {"agentcontext_fill": "lots"}}),
+    ]
+    with caplog.at_level(logging.WARNING, logger="agentcontext.litellm"):
+        for n, (h, ask) in enumerate(asks):
+            headers = {**ask.get("headers", {}), "x-agentcontext-session": f"s{n}"}
+            data = fit_once(h, headers=headers, **{k: v for k, v in ask.items() if k != "headers"})
+            problem, tokens = _check_openai(data)
+            assert problem is None and tokens <= BUDGET
+    assert len(recording.reports) == len(asks)
+    fills = [r.fill for r in recording.reports]
+    assert fills == [False, True, True, True, True, False, True, False, True]
+    for report in recording.reports:
+        assert report.tokens_before > 2 * report.budget
+        if report.fill:
+            assert any(n.startswith("one-shot fit: filled to") for n in report.notes)
+            assert report.tokens_after > (0.8 if "90%" in report.notes[0] else 0.85) * report.budget
+        else:
+            assert report.tokens_after < 0.6 * report.budget
+    warned = [r.getMessage() for r in caplog.records if r.name == "agentcontext.litellm"]
+    assert warned == [
+        "agentcontext: /chat/completions request: ignored x-agentcontext-fill header '1.5' (expected 1, 0 or a "
+        "share of the budget within (0, 1) such as 0.9); fitted with the hook's default fill=False",
+        "agentcontext: /chat/completions request: ignored metadata['agentcontext_fill'] 'lots' (expected 1, 0 or "
+        "a share of the budget within (0, 1) such as 0.9); fitted with the hook's default fill=True",
+    ]
+    hook.close()
+    filling.close()
+
+
+def anthropic_once() -> dict[str, Any]:
+    """`history_once` as a /v1/messages body (its system prompt apart)."""
+    system, wire = anthropic.from_messages(oai.to_messages(history_once()))
+    return {"system": system, "messages": wire, "max_tokens": 500}
+
+
+def test_the_fill_signal_is_read_on_every_route() -> None:
+    """Anthropic's and the Responses API's ``metadata`` are the provider's: LiteLLM's is ``litellm_metadata``."""
+    recording = Recording()
+    hook = ContextHook(window=WINDOW, reserve=WINDOW // 4, engine=recording)
+    canonical = oai.to_messages(history_once())
+    requests = [
+        ("anthropic_messages", anthropic_once()),
+        ("aresponses", {"input": responses.from_messages(canonical)}),
+    ]
+    for call_type, body in requests:
+        for ask in (
+            {"litellm_metadata": {"agentcontext_fill": "yes"}},
+            {"metadata": {"agentcontext_fill": "yes"}},  # the provider's field: not read, sent upstream as is
+        ):
+            data = {"model": "gpt-4o", **json.loads(json.dumps(body)), **ask}
+            asyncio.run(hook.async_pre_call_hook(None, None, data, call_type))
+    assert [r.fill for r in recording.reports] == [True, False, True, False]
+
+
+def test_a_bad_fill_for_the_hook_is_refused_by_name() -> None:
+    for bad in (1.5, 0, "yes", None):
+        with pytest.raises(ConfigError, match=r"fill must be False .* got " + re.escape(repr(bad))):
+            ContextHook(fill=bad)  # type: ignore[arg-type]
+    assert ContextHook(fill=0.9).fill == 0.9

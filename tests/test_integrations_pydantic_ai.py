@@ -353,6 +353,94 @@ def test_persisted_compaction_is_not_redone_and_survives_the_next_run() -> None:
     assert capability.last is not None and capability.last.compaction is None
 
 
+# ----------------------------------------------------------------------------- one-shot fits
+
+
+class Recording(ac.ContextEngine):
+    """The engine, keeping the report of each preparation (a history processor hides its results)."""
+
+    def __init__(self) -> None:
+        super().__init__(model="gpt-4o", window=12_000, reserve=1_500)
+        self.reports: list[Any] = []
+
+    async def aprepare(self, *args: Any, **kwargs: Any) -> Any:
+        prepared = await super().aprepare(*args, **kwargs)
+        self.reports.append(prepared.report)
+        return prepared
+
+
+def long_history(steps: int = 80) -> list[ModelMessage]:
+    """A whole earlier run handed to one new run (about 28k tokens: nearly three budgets)."""
+    from pydantic_ai.messages import SystemPromptPart, TextPart, ToolCallPart, UserPromptPart
+
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart(SYSTEM), UserPromptPart(TASK)])]
+    for i in range(steps):
+        path = f"src/file_{i}.py"
+        output = "\n".join(
+            f"{path}:{n}: value_{n} = compute({n}, scale=0.{n % 10})  # step" for n in range(15)
+        )
+        history.append(ModelResponse(parts=[ToolCallPart("read", {"path": path}, tool_call_id=f"c{i}")]))
+        history.append(ModelRequest(parts=[ToolReturnPart("read", output, tool_call_id=f"c{i}")]))
+    history.append(ModelResponse(parts=[TextPart("All files read.")]))
+    return history
+
+
+def sent_once(capability: Any) -> Request:
+    """Run one request over `long_history` with ``capability``: what the server got."""
+
+    async def go(agent: Agent[None, str]) -> Any:
+        async with agent:
+            return await agent.run("Now report.", message_history=long_history(), usage_limits=NO_LIMIT)
+
+    with ProviderServer(window=12_000, policy=reader(0)) as server:
+        asyncio.run(go(make_agent(server, capability)))
+    assert server.rejected == []
+    (request,) = server.requests
+    check_request(request, task="Now report.")
+    return request
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_a_history_sent_once_with_fill_fills_the_budget_and_the_default_compacts_to_its_target(
+    persist: bool,
+) -> None:
+    reports = {}
+    for fill in (True, False):
+        capability = ContextCapability(Recording(), persist=persist, fill=fill)
+        assert capability.fill is fill
+        request = sent_once(capability)
+        assert capability.last is not None
+        reports[fill] = capability.last.report
+        assert request.tokens == pytest.approx(reports[fill].tokens_after, rel=0.02)  # the server's count
+    one_shot, running = reports[True], reports[False]
+    assert one_shot.tokens_before > 2 * one_shot.budget
+    assert one_shot.fill and any(n.startswith("one-shot fit: filled to") for n in one_shot.notes)
+    assert one_shot.tokens_after > 0.85 * one_shot.budget  # nearly the whole budget
+    assert not running.fill and not any("one-shot" in n for n in running.notes)
+    assert running.tokens_after < 0.6 * running.budget  # the hysteresis target a running agent uses
+
+
+def test_history_processor_fills_the_budget_when_asked() -> None:
+    usage = {}
+    for fill in (0.9, False):
+        engine = Recording()
+        sent_once(ProcessHistory(history_processor(engine, fill=fill)))
+        (report,) = engine.reports
+        assert report.fill is (fill is not False)
+        usage[fill] = report.usage
+    assert 0.8 < usage[0.9] <= 0.9  # the share asked for, nearly filled
+    assert usage[False] < 0.6
+
+
+def test_a_bad_fill_is_refused_by_name() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000)
+    for bad in (1.5, 0, "yes", None):
+        with pytest.raises(ac.ConfigError, match=r"fill must be False .* got " + re.escape(repr(bad))):
+            ContextCapability(engine, fill=bad)  # type: ignore[arg-type]
+        with pytest.raises(ac.ConfigError, match="fill must be"):
+            history_processor(engine, fill=bad)  # type: ignore[arg-type]
+
+
 # ----------------------------------------------------------------------------- the docs and the extra
 
 

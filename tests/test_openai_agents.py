@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -471,3 +472,107 @@ def test_large_instructions_are_counted_and_never_cut() -> None:
     problem, tokens = check_responses({"model": "m", "instructions": instructions, "input": out.input})
     assert problem is None and tokens <= WINDOW - RESERVE
     assert {"role": "user", "content": "go"} in out.input and len(out.input) < len(items)
+
+
+# ----------------------------------------------------------------------------- one-shot fits
+
+
+class Recording(ac.ContextEngine):
+    """The engine, keeping the report of each preparation (the SDK's run hides the filter's results)."""
+
+    def __init__(self) -> None:
+        super().__init__(model="gpt-4o", window=WINDOW, reserve=RESERVE)
+        self.reports: list[Any] = []
+
+    async def aprepare(self, *args: Any, **kwargs: Any) -> Any:
+        prepared = await super().aprepare(*args, **kwargs)
+        self.reports.append(prepared.report)
+        return prepared
+
+
+def history_items(steps: int = 60) -> list[dict[str, Any]]:
+    """A whole run handed over at once (about three budgets of the 5,200-token one), then a new request."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+    for i in range(steps):
+        items.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "run", "arguments": f'{{"step": {i}}}'}
+        )
+        items.append(
+            {"type": "function_call_output", "call_id": f"c{i}", "output": f"step {i}: " + "ok " * 200}
+        )
+    items.append({"role": "user", "content": "Now report what failed."})
+    return items
+
+
+def assert_one_shot(report: Any, sent: Request) -> None:
+    assert report.tokens_before > 2 * report.budget
+    assert report.fill and any(n.startswith("one-shot fit: filled to") for n in report.notes)
+    assert report.tokens_after > 0.85 * report.budget  # nearly the whole budget
+    assert sent.tokens > 0.85 * report.budget  # so says the server's own count
+
+
+def assert_hysteresis(report: Any) -> None:
+    assert not report.fill and not any("one-shot" in n for n in report.notes)
+    assert report.tokens_after < 0.6 * report.budget  # down to the target a running agent uses
+
+
+def test_the_filter_fills_the_budget_for_a_history_sent_once_and_defaults_to_the_target(
+    api: str, server: ProviderServer
+) -> None:
+    async def once(e: Recording, fill: bool) -> Any:
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=0, final="ok")
+            config = RunConfig(call_model_input_filter=call_model_input_filter(e, fill=fill))
+            return await Runner.run(agent(server, api, client), history_items(), run_config=config)  # type: ignore[arg-type]
+
+    reports, sent = {}, {}
+    for fill in (True, False):
+        e = Recording()
+        assert asyncio.run(once(e, fill)).final_output == "ok"
+        sent[fill] = server.requests[-1]
+        assert_fits_and_keeps(sent[fill], "Now report what failed.")
+        (reports[fill],) = e.reports
+    assert_one_shot(reports[True], sent[True])
+    assert_hysteresis(reports[False])
+
+
+def test_the_session_fills_the_budget_when_asked() -> None:
+    async def once(server: ProviderServer, session: AgentContextSession) -> Any:
+        await session.add_items(history_items()[:-1])  # type: ignore[arg-type]  # a history handed over
+        async with client_for(server) as client:
+            server.policy = tool_loop(steps=0, final="ok")
+            return await Runner.run(
+                agent(server, "responses", client),
+                "Now report what failed.",
+                session=session,
+                run_config=session.run_config(),
+            )
+
+    reports = {}
+    with ProviderServer(window=WINDOW, reasoning=True) as server:
+        for fill in (True, False):
+            e = Recording()
+            session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=e), fill=fill)
+            assert session.fill is fill
+            assert asyncio.run(once(server, session)).final_output == "ok"
+            assert_fits_and_keeps(server.requests[-1], "Now report what failed.")
+            reports[fill] = e.reports
+    # get_items prepared (and compacted) the stored history, then the filter the run's first call, which
+    # had nothing left to do: both one-shot fits.
+    assert len(reports[True]) == 2 and all(r.fill for r in reports[True])
+    assert_one_shot(reports[True][0], server.requests[0])
+    assert not reports[True][1].compacted
+    assert reports[False][0].compacted
+    assert_hysteresis(reports[False][0])
+
+
+def test_a_bad_fill_is_refused_by_name() -> None:
+    from agentcontext.integrations.openai_agents import ModelInputFilter
+
+    for bad in (1.5, 0, "yes", None):
+        with pytest.raises(ac.ConfigError, match=r"fill must be False .* got " + re.escape(repr(bad))):
+            call_model_input_filter(engine(), fill=bad)  # type: ignore[arg-type]
+        with pytest.raises(ac.ConfigError, match="fill must be"):
+            ModelInputFilter(engine(), fill=bad)  # type: ignore[arg-type]
+        with pytest.raises(ac.ConfigError, match="fill must be"):
+            AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()), fill=bad)  # type: ignore[arg-type]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from .compaction import Level
 from .exceptions import ConfigError
 
-__all__ = ["Thresholds"]
+__all__ = ["Thresholds", "check_fill"]
 
 FILL_MARGIN = 0.04
 """The share of the budget a one-shot fit (``fill=True``) leaves free: counts of estimated
@@ -115,3 +116,28 @@ class Thresholds:
         return Thresholds(
             soft=max(self.soft, limit), warn=max(self.warn, limit), hard=max(self.hard, limit), target=target
         )
+
+
+def check_fill(fill: object, *, name: str = "fill") -> bool | float:
+    """``fill`` as a one-shot fit option: False (the default), True, or a share of the budget such as 0.9.
+
+    One check for every place that takes the option (`ContextEngine.prepare`, the
+    integrations' constructors, the LiteLLM hook's per-request signal); the rule for a
+    share is `Thresholds.filled`'s.
+
+    Raises:
+        ConfigError: anything else, naming ``name``.
+    """
+    if fill is True or fill is False:
+        return fill
+    if fill is not None:
+        try:
+            Thresholds().filled(cast(float, fill))
+        except ConfigError:
+            pass
+        else:
+            return float(cast(float, fill))
+    raise ConfigError(
+        f"{name} must be False (compact to the hysteresis target, for a running agent), True (a one-shot fit: "
+        f"fill the budget less a small margin) or a share of the budget within (0, 1) such as 0.9, got {fill!r}"
+    )

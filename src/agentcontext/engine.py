@@ -49,7 +49,7 @@ from ._intake import (
     ingest_all,
 )
 from ._report import EngineStats, Report, Status
-from ._thresholds import Thresholds
+from ._thresholds import Thresholds, check_fill
 from .compaction import Action, Compaction, Level, SummaryRequest
 from .exceptions import (
     ConfigError,
@@ -570,8 +570,7 @@ class ContextEngine:
             )
         _check_int("budget", budget)
         given = self._last if own else state
-        if fill is not False and fill is not True:
-            Thresholds().filled(fill)  # refuses a bad share now, before the state is touched
+        fill = check_fill(fill)  # refuses a bad share now, before the state is touched
         tool_tokens = self._tool_tokens(tools)
         instruction_tokens = self._instructions.count(instructions, self.counter)
         counted = self._count(messages, given, commit=True, artifacts=artifacts, horizon=self.horizon)

@@ -35,6 +35,15 @@ model gets a ``recall`` tool to read back what compaction took out.
 
 The window is the engine's; ``window="profile"`` takes it from the chat model's
 profile (``model.profile["max_input_tokens"]``) instead.
+
+``fill=True`` (or a share, ``fill=0.9``) makes every preparation a one-shot fit:
+compact only when over the budget, and then only to fill it (less a small
+margin), instead of down to the engine's hysteresis target; each report then
+says so in its notes. It suits a graph run once per request (a batch or
+evaluation job, a service that receives a whole history at once). A running
+agent should keep the default: compacting well below the budget keeps the
+prompt prefix the same for many steps, so provider prompt caches keep hitting,
+where a filled context compacts again within a step or two.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from .._thresholds import check_fill
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import ConfigError, MissingDependencyError, RecallError, UsageError
 from ..formats._common import canonical_json
@@ -188,8 +198,10 @@ class _Core:
         session: SessionSource | None,
         window: Literal["engine", "profile"],
         max_threads: int,
+        fill: bool | float = False,
     ) -> None:
         _check_setup(engine, session, window, max_threads)
+        self.fill = check_fill(fill)
         self._engine = engine
         self._session = session
         self._window = window
@@ -309,16 +321,20 @@ class _Core:
 
     def prepare(self, plan: _Plan, tid: str | None) -> _Result:
         if plan.session is not None:
-            prepared = plan.session.prepare(tools=plan.tools)
+            prepared = plan.session.prepare(tools=plan.tools, fill=self.fill)
         else:
-            prepared = plan.engine.prepare(plan.converted.messages, tools=plan.tools, state=plan.state)
+            prepared = plan.engine.prepare(
+                plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+            )
         return self._finish(plan, prepared, tid)
 
     async def aprepare(self, plan: _Plan, tid: str | None) -> _Result:
         if plan.session is not None:
-            prepared = await plan.session.aprepare(tools=plan.tools)
+            prepared = await plan.session.aprepare(tools=plan.tools, fill=self.fill)
         else:
-            prepared = await plan.engine.aprepare(plan.converted.messages, tools=plan.tools, state=plan.state)
+            prepared = await plan.engine.aprepare(
+                plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+            )
         return self._finish(plan, prepared, tid)
 
     def _finish(self, plan: _Plan, prepared: Prepared, tid: str | None) -> _Result:
@@ -574,6 +590,13 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         max_threads: how many threads to remember (the least recently used is
             forgotten; its next step costs one pass over its history).
         recall: give the agent the ``recall`` tool when there is a session (default True).
+        fill: ``False`` (default): compact down to the engine's target, which keeps the prompt
+            prefix stable for many steps (a running agent). ``True``, or a share of the budget
+            such as ``0.9``: a one-shot fit that compacts only when over the budget and then
+            fills it (a graph run once per request: a batch job, a whole history sent once).
+
+    Raises:
+        ConfigError: a bad option (named), ``fill`` included.
     """
 
     def __init__(
@@ -585,12 +608,13 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         window: Literal["engine", "profile"] = "engine",
         max_threads: int = _DEFAULT_MAX_THREADS,
         recall: bool = True,
+        fill: bool | float = False,
     ) -> None:
         super().__init__()
         if mode not in ("request", "state"):
             raise ConfigError(f"mode must be 'request' or 'state', got {mode!r}")
         self.mode: Mode = mode
-        self._core = _Core(engine, session=session, window=window, max_threads=max_threads)
+        self._core = _Core(engine, session=session, window=window, max_threads=max_threads, fill=fill)
         self.tools = [recall_tool(self._core.recall_session)] if session is not None and recall else []
 
     @property

@@ -20,7 +20,10 @@ costs O(new messages) and the prompt prefix stays the same between compactions.
 
 ``create_react_agent`` adds its ``prompt`` in front of these messages and sends
 the tools with them; pass the same ``prompt`` and ``tools`` to the hook so they
-are counted (the hook never returns the prompt itself). LangChain v1 users:
+are counted (the hook never returns the prompt itself). ``fill=True`` (or a
+share such as ``0.9``) makes each call a one-shot fit that fills the budget
+instead of compacting to the engine's hysteresis target (see
+`agentcontext.integrations.langchain`; a running agent keeps the default). LangChain v1 users:
 prefer `agentcontext.integrations.langchain.ContextMiddleware` with ``create_agent``.
 """
 
@@ -52,6 +55,7 @@ def pre_model_hook(
     tools: Sequence[BaseTool | dict[str, Any]] = (),
     session: SessionSource | None = None,
     max_threads: int = 256,
+    fill: bool | float = False,
 ) -> Runnable[dict[str, Any], dict[str, Any]]:
     """A ``pre_model_hook`` for ``create_react_agent`` that prepares each model call with ``engine``.
 
@@ -65,16 +69,22 @@ def pre_model_hook(
             appended to it and it prepares the requests (give the model
             `agentcontext.integrations.langchain.recall_tool` to read originals back).
         max_threads: how many threads' states to remember.
+        fill: ``False`` (default): compact down to the engine's target (a running agent: the
+            prompt prefix stays stable for many steps). ``True``, or a share of the budget such
+            as ``0.9``: a one-shot fit, compacting only when over the budget and then filling it.
 
     Returns:
         A runnable (sync and async) to pass as ``pre_model_hook=``.
+
+    Raises:
+        ConfigError: a bad option (named), ``fill`` included.
     """
     if prompt is not None and not isinstance(prompt, str | SystemMessage):
         raise ConfigError(
             f"prompt must be the agent's prompt as a str or SystemMessage, got {type(prompt).__name__}; "
             "a callable or runnable prompt cannot be counted: leave prompt=None"
         )
-    core = _Core(engine, session=session, window="engine", max_threads=max_threads)
+    core = _Core(engine, session=session, window="engine", max_threads=max_threads, fill=fill)
     system = SystemMessage(content=prompt) if isinstance(prompt, str) else prompt
     tool_list = list(tools)
 

@@ -45,6 +45,21 @@ header, else by a hash of its system prompt and first user message. The fitting
 runs in a worker thread, one request of a conversation at a time: a first request
 of a long history, or a compaction, does not hold the proxy's event loop.
 
+**One-shot fits.** By default a compaction goes down to the engine's hysteresis
+target, well below the budget, so that the next requests of a conversation extend
+one prompt prefix and provider prompt caches keep hitting: right for agents that
+keep sending their growing history. A client whose requests each stand alone (a
+batch or evaluation job, a client that sends a whole history once) wants the whole
+budget used: ``fill=True`` (or a share, ``fill=0.9``) makes the hook compact only
+when a request is over the budget, and then only to fill it (less a small margin).
+``ContextHook(fill=...)`` sets it for every request; a client asks for it per
+request with the ``x-agentcontext-fill`` header (``1``, ``0`` or a share such as
+``0.9``) or ``"agentcontext_fill"`` in the request's LiteLLM metadata (``metadata``
+on ``/chat/completions``, ``litellm_metadata`` on ``/v1/messages`` and
+``/v1/responses``, where ``metadata`` is the provider's own field); the header
+wins. A value it cannot read is logged (one warning line naming it) and the
+request is fitted with the hook's default.
+
 **Sessions.** With ``sessions=`` (a database URL, ``postgresql://...``,
 ``redis://...`` or ``sqlite:///...``, or a directory for JSON Lines files; else
 the ``AGENTCONTEXT_SESSIONS`` environment variable, which config.yaml can set
@@ -94,6 +109,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlencode
 
+from .._thresholds import check_fill
 from ..compaction import MessageKind, kind_of, original_id
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import (
@@ -124,10 +140,16 @@ except ImportError as e:  # pragma: no cover - exercised without the extra insta
         "agentcontext.integrations.litellm needs LiteLLM: pip install 'agentcontext[litellm]'"
     ) from e
 
-__all__ = ["SESSIONS_ENV", "SESSION_HEADER", "ContextHook"]
+__all__ = ["FILL_HEADER", "FILL_METADATA", "SESSIONS_ENV", "SESSION_HEADER", "ContextHook"]
 
 SESSION_HEADER = "x-agentcontext-session"
 """The request header that names a conversation (else: a hash of its system prompt and first user message)."""
+
+FILL_HEADER = "x-agentcontext-fill"
+"""The request header asking for a one-shot fit of this request: ``1``, ``0``, or a share of the budget (``0.9``)."""
+
+FILL_METADATA = "agentcontext_fill"
+"""The key in a request's LiteLLM metadata asking for a one-shot fit (the same values; `FILL_HEADER` wins)."""
 
 SESSIONS_ENV = "AGENTCONTEXT_SESSIONS"
 """The environment variable giving ``sessions=`` when the hook is built without it (config.yaml can set it)."""
@@ -236,6 +258,11 @@ class ContextHook(CustomLogger):
             process only: a file has one writer). Default: the ``AGENTCONTEXT_SESSIONS``
             environment variable, else none (each proxy keeps its conversations in memory).
         max_sessions: how many sessions to keep open (least recently used closed).
+        fill: ``False`` (default): compact down to the engine's target, so that a conversation's
+            next requests keep one prompt prefix (agents that keep sending their history).
+            ``True``, or a share of the budget such as ``0.9``: a one-shot fit that compacts only
+            when over the budget and then fills it. A request overrides it with `FILL_HEADER` or
+            `FILL_METADATA` (see the module docstring).
 
     Raises:
         ConfigError: a bad option (named).
@@ -252,8 +279,10 @@ class ContextHook(CustomLogger):
         engine: Callable[[ModelSpec | None, int, int], Engine] | None = None,
         sessions: str | os.PathLike[str] | None = None,
         max_sessions: int = 64,
+        fill: bool | float = False,
     ) -> None:
         super().__init__()
+        self.fill = check_fill(fill)
         for name, value in (("window", window), ("reserve", reserve)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"{name} must be a non-negative int (tokens) or None, got {value!r}")
@@ -315,6 +344,7 @@ class ContextHook(CustomLogger):
         if not isinstance(group, str) or not group:
             raise _Skip(f"no model name (got {group!r})")
         engine = self._engine(group, api, data)
+        fill = self._fill(api, data)
         name = self._name(api, data)
         conversation = self._conversation(name, id(engine))
         # One request of a conversation at a time: the fitting runs in a worker thread (below), and the
@@ -324,14 +354,19 @@ class ContextHook(CustomLogger):
             tools = self._tool_definitions(data.get("tools"))
             out: Sequence[Message] | None = None
             if self.sessions is not None:
-                out = await self._session_prepare(api, name, engine, messages, tools, instructions)
+                out = await self._session_prepare(api, name, engine, messages, tools, instructions, fill)
             if out is None:
                 state = conversation.state
                 try:
                     # Off the proxy's event loop: a first request of a long conversation, or a compaction,
                     # takes up to a second of CPU, which would hold every other request the proxy serves.
                     prepared = await asyncio.to_thread(
-                        engine.prepare, messages, tools=tools, instructions=instructions, state=state
+                        engine.prepare,
+                        messages,
+                        tools=tools,
+                        instructions=instructions,
+                        state=state,
+                        fill=fill,
                     )
                 except AgentContextError as e:
                     raise _Skip(f"{type(e).__name__}: {e}") from None
@@ -364,6 +399,7 @@ class ContextHook(CustomLogger):
         messages: list[Message],
         tools: list[Mapping[str, JSONValue]] | None,
         instructions: str | None,
+        fill: bool | float,
     ) -> Sequence[Message] | None:
         """The messages to send, prepared through the conversation's session; None: fit in memory instead.
 
@@ -378,7 +414,9 @@ class ContextHook(CustomLogger):
         try:
             opened = await self._open(place, name, engine)
             async with opened.lock:
-                prepared = await asyncio.to_thread(_sync_and_prepare, opened, messages, tools, instructions)
+                prepared = await asyncio.to_thread(
+                    _sync_and_prepare, opened, messages, tools, instructions, fill
+                )
         except AgentContextError as e:
             if not isinstance(e, StoreError):
                 raise _Skip(f"{type(e).__name__}: {e}") from None
@@ -420,6 +458,36 @@ class ContextHook(CustomLogger):
             return opened
 
     # ------------------------------------------------------------------ the conversation
+
+    def _fill(self, api: Api, data: Mapping[str, Any]) -> bool | float:
+        """The request's one-shot fit option: its header, else its metadata, else the hook's ``fill``.
+
+        A value that cannot be read is logged (one line) and the hook's default used: never raises.
+        """
+        holder = data.get(_METADATA_FIELD[api])
+        asked = (
+            (f"{FILL_HEADER} header", _header(data, FILL_HEADER)),
+            (
+                f"{_METADATA_FIELD[api]}[{FILL_METADATA!r}]",
+                holder.get(FILL_METADATA) if isinstance(holder, Mapping) else None,
+            ),
+        )
+        for where, raw in asked:
+            if raw is None:
+                continue
+            try:
+                return _fill_value(raw, where)
+            except ConfigError:
+                logger.warning(
+                    "agentcontext: %s request: ignored %s %r (expected 1, 0 or a share of the budget within "
+                    "(0, 1) such as 0.9); fitted with the hook's default fill=%r",
+                    _ROUTES[api],
+                    where,
+                    raw,
+                    self.fill,
+                )
+                return self.fill
+        return self.fill
 
     def _name(self, api: Api, data: Mapping[str, Any]) -> str:
         """The conversation's key: the header's value, else a hash of its system prompt and first message."""
@@ -646,10 +714,11 @@ def _sync_and_prepare(
     messages: list[Message],
     tools: list[Mapping[str, JSONValue]] | None,
     instructions: str | None,
+    fill: bool | float,
 ) -> Prepared:
     """`_sync`, then the session's prepare: blocking, in one worker thread (off the proxy's event loop)."""
     _sync(opened, messages)
-    return opened.session.prepare(tools=tools, instructions=instructions)
+    return opened.session.prepare(tools=tools, instructions=instructions, fill=fill)
 
 
 def _sync(opened: _Open, messages: list[Message]) -> None:
@@ -765,6 +834,44 @@ _ROUTES: Mapping[Api, str] = {
     "anthropic": "/v1/messages",
     "responses": "/v1/responses",
 }
+
+
+_METADATA_FIELD: Mapping[Api, str] = {
+    "chat": "metadata",
+    "anthropic": "litellm_metadata",
+    "responses": "litellm_metadata",
+}
+"""Where the proxy keeps a request's LiteLLM metadata (on /v1/messages and /v1/responses ``metadata`` is the
+provider's own field)."""
+
+_FILL_WORDS: Mapping[str, bool] = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+def _fill_value(raw: object, where: str) -> bool | float:
+    """A request's fill signal (``"1"``, ``"0"``, ``"0.9"``, ``true``, ``0.9``...) as `check_fill` takes it.
+
+    Raises:
+        ConfigError: not a fill option.
+    """
+    value = raw
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        value = _FILL_WORDS.get(text, text)
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass  # refused by check_fill, by name
+    if isinstance(value, int | float) and not isinstance(value, bool) and value in (0, 1):
+        value = bool(value)  # the wire's 1 and 0 (a header has no booleans)
+    return check_fill(value, name=where)
 
 
 def _default_engine(spec: ModelSpec | None, window: int, reserve: int) -> Engine:

@@ -29,6 +29,14 @@ sessions (or none): it prepares ``ModelInputData.input`` before every model
 call, counting the instructions and the agent's function tools, with one
 `EngineState` per conversation so a step costs O(new items).
 
+Both take ``fill=True`` (or a share such as ``fill=0.9``) for a one-shot fit:
+compact only when over the budget, and then only to fill it (less a small
+margin), instead of down to the engine's hysteresis target; the report's notes
+say which. Use it when each run stands alone (a batch or evaluation job, a
+history handed over once); an agent that keeps running should keep the default,
+whose compactions leave room for many steps with the same prompt prefix, so
+provider prompt caches keep hitting.
+
 Both work with any model the SDK drives (``OpenAIResponsesModel``,
 ``OpenAIChatCompletionsModel``, LiteLLM...): the SDK's items are Responses
 items whatever the provider. Requires ``pip install 'agentcontext[openai-agents]'``
@@ -44,6 +52,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .._thresholds import check_fill
 from ..engine import Engine, EngineState
 from ..exceptions import (
     ConfigError,
@@ -145,9 +154,11 @@ class ModelInputFilter:
         *,
         key: Callable[[CallModelData[Any]], str] | None = None,
         max_conversations: int = 1024,
+        fill: bool | float = False,
     ) -> None:
         if not (isinstance(max_conversations, int) and max_conversations > 0):
             raise ConfigError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        self.fill = check_fill(fill)
         self.engine = engine
         self._key = key
         self._conversations: _LRU[str, _Conversation] = _LRU(max_conversations)
@@ -164,6 +175,7 @@ class ModelInputFilter:
             tools=self._tool_definitions(data),
             instructions=instructions or None,
             state=conversation.state,
+            fill=self.fill,
         )
         conversation.state = prepared.state
         fitted = responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
@@ -219,6 +231,7 @@ def call_model_input_filter(
     *,
     key: Callable[[CallModelData[Any]], str] | None = None,
     max_conversations: int = 1024,
+    fill: bool | float = False,
 ) -> ModelInputFilter:
     """A ``RunConfig.call_model_input_filter`` that keeps every model call inside ``engine``'s window.
 
@@ -233,11 +246,17 @@ def call_model_input_filter(
         key: the conversation a call belongs to (default: its first input item), so
             that each conversation keeps its own `EngineState` and a step costs O(new items).
         max_conversations: how many conversations' states to keep (least recently used dropped).
+        fill: ``False`` (default): compact down to the engine's target, so that the prompt prefix
+            stays the same for many calls (a running agent). ``True``, or a share of the budget such
+            as ``0.9``: a one-shot fit that compacts only when over the budget and then fills it.
+
+    Raises:
+        ConfigError: a bad option (named), ``fill`` included.
 
     >>> from agents import RunConfig                                                     # doctest: +SKIP
     >>> run_config = RunConfig(call_model_input_filter=call_model_input_filter(engine))  # doctest: +SKIP
     """
-    return ModelInputFilter(engine, key=key, max_conversations=max_conversations)
+    return ModelInputFilter(engine, key=key, max_conversations=max_conversations, fill=fill)
 
 
 # ----------------------------------------------------------------------------- the session
@@ -250,9 +269,11 @@ class AgentContextSession:
         session: the agentcontext session (any store); it needs an engine.
         session_id: the SDK's session id (default: the session's own id).
         session_settings: the SDK's session settings (``limit``: see `get_items`).
+        fill: a one-shot fit for `get_items` and the per-call filter (see `call_model_input_filter`);
+            default ``False``, right for an agent that keeps running.
 
     Raises:
-        ConfigError: ``session`` has no engine.
+        ConfigError: ``session`` has no engine, or ``fill`` is not False, True or a share within (0, 1).
     """
 
     def __init__(
@@ -261,6 +282,7 @@ class AgentContextSession:
         *,
         session_id: str | None = None,
         session_settings: SessionSettings | None = None,
+        fill: bool | float = False,
     ) -> None:
         if not isinstance(session, Session):
             raise ConfigError(f"session must be an agentcontext Session, got {type(session).__name__}")
@@ -272,7 +294,10 @@ class AgentContextSession:
         self.session = session
         self.session_id = session_id if session_id is not None else session.id
         self.session_settings = session_settings
-        self._filter = ModelInputFilter(engine, key=lambda _data: self.session_id, max_conversations=1)
+        self._filter = ModelInputFilter(
+            engine, key=lambda _data: self.session_id, max_conversations=1, fill=fill
+        )
+        self.fill = self._filter.fill
         self._cache: MutableMapping[str, str] = _LRU(4096)
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -290,7 +315,7 @@ class AgentContextSession:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise UsageError(f"limit must be an int >= 0 or None, got {limit!r}")
         async with self._lock():
-            prepared = await self.session.aprepare()
+            prepared = await self.session.aprepare(fill=self.fill)
             messages = list(prepared.messages)[: prepared.state.length]
             if limit is None:
                 return _items_of(responses.from_messages(messages, validate=False, cache=self._cache))

@@ -28,6 +28,14 @@ it keeps and what the previous step built (with ``persist=True`` the history
 itself is compacted, and that assembly happens only when the engine compacts).
 `history_processor` gives the same for ``ProcessHistory``, which always
 writes its result back into the history and cannot see tools or instructions.
+
+Both take ``fill=True`` (or a share such as ``fill=0.9``) for a one-shot fit:
+compact only when over the budget, and then only to fill it (less a small
+margin), instead of down to the engine's hysteresis target; the report's notes
+say which. It suits a run that stands alone (a batch or evaluation job, a long
+history handed to one run); an agent that keeps running should keep the
+default, whose compactions leave room for many steps with the same prompt
+prefix, so provider prompt caches keep hitting.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._thresholds import check_fill
 from ..compaction import original_id
 from ..engine import Engine, EngineState, Prepared
 from ..exceptions import ConfigError, MissingDependencyError
@@ -346,13 +355,16 @@ class _Definitions:
 
 
 class _Core:
-    def __init__(self, engine: Engine, *, persist: bool, max_conversations: int) -> None:
+    def __init__(
+        self, engine: Engine, *, persist: bool, max_conversations: int, fill: bool | float = False
+    ) -> None:
         if not hasattr(engine, "aprepare"):
             raise ConfigError(
                 f"engine must be an agentcontext Engine (ContextEngine), got {type(engine).__name__}"
             )
         if not isinstance(max_conversations, int) or max_conversations < 1:
             raise ConfigError(f"max_conversations must be an int >= 1, got {max_conversations!r}")
+        self.fill = check_fill(fill)
         self.engine = engine
         self.persist = persist
         self.max_conversations = max_conversations
@@ -382,7 +394,7 @@ class _Core:
         conv.sync(history)
         tools, instructions = self.definitions.of(params)
         prepared = await self.engine.aprepare(
-            conv.canon, tools=tools or None, instructions=instructions, state=conv.state
+            conv.canon, tools=tools or None, instructions=instructions, state=conv.state, fill=self.fill
         )
         conv.state = prepared.state
         self.last = prepared
@@ -403,27 +415,40 @@ class ContextCapability(AbstractCapability[Any]):
             next run of this conversation start from it instead of redoing it.
         max_conversations: how many conversations' state to remember (least recently
             used first out); a forgotten one costs one full pass when it comes back.
+        fill: ``False`` (default): compact down to the engine's target, so that the prompt
+            prefix stays the same for many steps (a running agent). ``True``, or a share of
+            the budget such as ``0.9``: a one-shot fit that compacts only when over the
+            budget and then fills it (a run that stands alone).
 
     With ``persist=True`` what the engine summarized, dropped or cut is gone from
     the history too (a cut tool output's full text stays in the engine's artifact
     store); with the default, the history keeps it and only the requests are smaller.
 
-    Raises (from the hook, so from the run):
-        ContextOverflowError: the system prompt, the latest user prompt, the
-            instructions and the tool definitions alone do not fit the window.
-        InvalidMessageError: the history holds something that cannot be converted
-            (names the message and field).
+    Raises:
+        ConfigError: a bad option (named), ``fill`` included.
+        ContextOverflowError: (from the hook, so from the run) the system prompt, the
+            latest user prompt, the instructions and the tool definitions alone do not
+            fit the window.
+        InvalidMessageError: (from the hook, so from the run) the history holds
+            something that cannot be converted (names the message and field).
     """
 
-    def __init__(self, engine: Engine, *, persist: bool = False, max_conversations: int = 256) -> None:
-        self._core = _Core(engine, persist=persist, max_conversations=max_conversations)
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        persist: bool = False,
+        max_conversations: int = 256,
+        fill: bool | float = False,
+    ) -> None:
+        self._core = _Core(engine, persist=persist, max_conversations=max_conversations, fill=fill)
 
     # The base class is a dataclass without fields: its equality would make every instance equal.
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        return f"ContextCapability(engine={self.engine!r}, persist={self.persist})"
+        return f"ContextCapability(engine={self.engine!r}, persist={self.persist}, fill={self.fill!r})"
 
     @property
     def engine(self) -> Engine:
@@ -434,6 +459,11 @@ class ContextCapability(AbstractCapability[Any]):
     def persist(self) -> bool:
         """Whether compactions are written into the run's history."""
         return self._core.persist
+
+    @property
+    def fill(self) -> bool | float:
+        """Whether each request is a one-shot fit (True, or the share of the budget it fills)."""
+        return self._core.fill
 
     @property
     def last(self) -> Prepared | None:
@@ -488,7 +518,7 @@ class ContextCapability(AbstractCapability[Any]):
 
 
 def history_processor(
-    engine: Engine, *, max_conversations: int = 256
+    engine: Engine, *, max_conversations: int = 256, fill: bool | float = False
 ) -> Callable[[RunContext[Any], list[ModelMessage]], Awaitable[list[ModelMessage]]]:
     """A history processor for Pydantic AI's ``ProcessHistory`` capability, backed by ``engine``.
 
@@ -496,12 +526,16 @@ def history_processor(
     history, so this behaves like ``ContextCapability(engine, persist=True)``,
     except that a processor sees neither the tool definitions nor the
     instructions: they are not counted (leave room for them in ``reserve``).
-    Prefer `ContextCapability`.
+    Prefer `ContextCapability`. ``fill`` is `ContextCapability`'s: ``True`` or a share
+    such as ``0.9`` for a one-shot fit, ``False`` (default) for a running agent.
+
+    Raises:
+        ConfigError: a bad option (named), ``fill`` included.
 
     >>> from pydantic_ai.capabilities import ProcessHistory     # doctest: +SKIP
     >>> agent = Agent(model, capabilities=[ProcessHistory(history_processor(engine))])  # doctest: +SKIP
     """
-    core = _Core(engine, persist=True, max_conversations=max_conversations)
+    core = _Core(engine, persist=True, max_conversations=max_conversations, fill=fill)
 
     async def process(ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
         result = await core.run(ctx, messages, None, persist=True)

@@ -372,7 +372,11 @@ class Session:
     # ------------------------------------------------------------------ the engine
 
     def prepare(
-        self, *, tools: ToolDefinitions | None = None, instructions: str | None = None, fill: bool = False
+        self,
+        *,
+        tools: ToolDefinitions | None = None,
+        instructions: str | None = None,
+        fill: bool | float = False,
     ) -> Prepared:
         """Run the engine on the view; record what it changed so a restore rebuilds it.
 
@@ -394,7 +398,8 @@ class Session:
         Args:
             tools: the tool definitions sent with the request (counted against the budget).
             instructions: a system prompt sent outside the view (counted, never compacted).
-            fill: a one-shot fit: fill the budget instead of compacting to the engine's target.
+            fill: a one-shot fit: fill the budget (less a small margin, or to this share of it:
+                ``fill=0.9``) instead of compacting to the engine's target (see `ContextEngine.prepare`).
 
         Returns:
             The engine's `Prepared`: ``.messages`` to send, ``.report`` of what it did.
@@ -418,7 +423,11 @@ class Session:
         )
 
     async def aprepare(
-        self, *, tools: ToolDefinitions | None = None, instructions: str | None = None, fill: bool = False
+        self,
+        *,
+        tools: ToolDefinitions | None = None,
+        instructions: str | None = None,
+        fill: bool | float = False,
     ) -> Prepared:
         """`prepare` with the engine's async driver (async summarizers); same records.
 
