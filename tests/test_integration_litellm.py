@@ -199,6 +199,67 @@ def test_claude_code_messages_fit_and_keep_what_it_sent(proxy: Proxy, upstream: 
     assert len(sent[-1].messages) < len(bodies[-1]["messages"])
 
 
+def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
+    proxy: Proxy, upstream: ProviderServer
+) -> None:
+    """Cline's shape on /v1/chat/completions for a Claude model: cache_control on text parts, a file part.
+
+    agentcontext used to refuse parts it does not model on this route, so the hook forwarded every such
+    request unchanged and the conversation overflowed the window at the provider.
+    """
+    start = len(upstream.requests)
+    breakpoint_ = {"type": "ephemeral"}
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM, "cache_control": breakpoint_}]}
+    task = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Find which step fails; the spec is attached."},
+            {"type": "file", "file": {"file_id": "file-spec-1"}},
+        ],
+    }
+    messages: list[dict[str, Any]] = [task]
+    bodies = []
+    for step in range(16):
+        sent_messages = json.loads(json.dumps([system, *messages]))
+        last = sent_messages[-1]
+        if isinstance(last["content"], str):
+            last["content"] = [{"type": "text", "text": last["content"]}]
+        last["content"][0]["cache_control"] = breakpoint_  # the breakpoint moves to the newest message
+        body = {
+            "model": "claude-sonnet-4-5",
+            "messages": sent_messages,
+            "tools": CHAT_TOOLS,
+            "max_tokens": 400,
+        }
+        bodies.append(body)
+        reply = proxy.post("/v1/chat/completions", body, **{"x-agentcontext-session": "cline-1"})
+        calls = reply["choices"][0]["message"]["tool_calls"]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
+            }
+        )
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+    sent = sent_since(upstream, start)
+    assert len(sent) == len(bodies)
+    assert_fits(sent)  # before: forwarded unchanged, over the window from the eighth step on
+    assert _check_openai({"model": "gpt-5", "messages": bodies[-1]["messages"]})[1] > 2 * WINDOW
+    for r in sent:
+        assert r.api == "anthropic"  # LiteLLM translated the request for the Claude model
+        assert r.body["system"][-1].get("cache_control") == breakpoint_  # the system prompt's breakpoint
+        assert json.dumps(r.messages[-1]).count('"cache_control"') == 1  # and the newest message's
+        assert "Find which step fails; the spec is attached." in r.texts()
+    assert len(sent[-1].messages) < len(bodies[-1]["messages"])
+    # The breakpoint turns the newest message's string into a text part, and back in the next request:
+    # the same message, so compaction stays rare (before: a rewritten history, compacted at every step).
+    summaries = [
+        r.messages[0]["content"][0]["text"] for r in sent if "summary of earlier" in json.dumps(r.messages[0])
+    ]
+    assert 1 <= len(set(summaries)) <= 4
+
+
 def test_codex_responses_fit_with_reasoning_items(proxy: Proxy, upstream: ProviderServer) -> None:
     """Codex's shape: instructions, reasoning items with encrypted content, function calls and outputs."""
     start = len(upstream.requests)
@@ -291,18 +352,13 @@ def test_unreadable_input_is_forwarded_unchanged_with_one_log_line(
     proxy: Proxy, upstream: ProviderServer
 ) -> None:
     start = len(upstream.requests)
-    marker = "audio-part-7f3a"
-    messages = [
-        {
-            "role": "user",
-            "content": [{"type": "input_audio", "input_audio": {"data": marker, "format": "wav"}}],
-        }
-    ]
+    marker = "tool-call-id-on-a-user-message-7f3a"
+    messages = [{"role": "user", "content": "Hello", "tool_call_id": marker}]  # only tool messages answer calls
     proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": messages})
     (sent,) = sent_since(upstream, start)
     assert sent.body["messages"] == messages
     lines = proxy.log_lines("agentcontext: /chat/completions request forwarded unchanged")
-    assert len([line for line in lines if "input_audio" in line]) == 1
+    assert len([line for line in lines if "tool_call_id" in line]) == 1
     # The proxy is still up and the hook still works.
     proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": long_chat(12)})
     assert_fits(sent_since(upstream, start + 1))

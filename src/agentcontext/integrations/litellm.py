@@ -14,14 +14,14 @@ Put it in front of any provider and any client, Claude Code (``ANTHROPIC_BASE_UR
       callbacks: agentcontext_hook.hook
 
 `ContextHook` is a LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` converts
-the request's conversation to canonical messages (`agentcontext.formats.openai`,
+the request's conversation to canonical messages (`agentcontext.formats.openai` or
 `agentcontext.formats.anthropic` with ``unknown="keep"``, or
 `agentcontext.formats.responses`), lets an engine prepare them with the request's
 tool definitions and instructions counted, and writes the result back into the
 request: it fits, every tool result follows its call, the system prompt (or
 ``instructions``) and the latest request are kept, and a message the engine did
-not change goes out exactly as it came (Anthropic ``cache_control`` breakpoints
-and ``thinking`` blocks included). When nothing needs compacting the request is
+not change goes out exactly as it came (``cache_control`` breakpoints, Anthropic
+``thinking`` blocks, Chat Completions file and audio parts included). When nothing needs compacting the request is
 forwarded untouched. Responses, streamed or not, pass through: the hook only
 reads requests.
 
@@ -378,7 +378,9 @@ class ContextHook(CustomLogger):
                 return
         fitted = list(out)
         if api == "chat":
-            data["messages"] = oai.from_messages(fitted, validate=False)
+            data["messages"] = _with_breakpoints(
+                oai.from_messages(fitted, validate=False), data["messages"], flat=True
+            )
         elif api == "anthropic":
             system, wire = anthropic.from_messages(fitted, validate=False, late_system="inline")
             data["messages"] = _with_breakpoints(wire, data["messages"])
@@ -526,13 +528,14 @@ class ContextHook(CustomLogger):
             conversation.head, conversation.wire, conversation.ends, conversation.messages = head, [], [], []
         old = conversation.wire
         keep = _common_prefix(old, wire)
-        if api == "anthropic":
-            # Claude Code moves its cache breakpoints to the newest messages at every request: a message
-            # that only lost or gained cache_control is the same message (same id, the engine's O(new) path).
-            while keep < min(len(old), len(wire)) and _sans_breakpoints(old[keep]) == _sans_breakpoints(
-                wire[keep]
-            ):
-                keep += 1
+        # Claude Code (and Cline, Roo Code... on the Chat Completions route, for Anthropic models) move their
+        # cache breakpoints to the newest messages at every request: a message that only lost or gained
+        # cache_control is the same message (same id, the engine's O(new) path).
+        flat = api == "chat"
+        while keep < min(len(old), len(wire)) and _sans_breakpoints(
+            old[keep], flat=flat
+        ) == _sans_breakpoints(wire[keep], flat=flat):
+            keep += 1
         start = conversation.ends[keep - 1] if keep else 0
         messages = conversation.messages[:start]
         ends = conversation.ends[:keep]
@@ -541,11 +544,15 @@ class ContextHook(CustomLogger):
         previous = messages[-1].id if messages else None
         for index in range(keep, len(wire)):
             d = wire[index]
+            sans = cast(
+                Mapping[str, object], _sans_breakpoints(d, flat=flat)
+            )  # a non-dict is refused by name
             if api == "chat":
-                new = [oai.to_message(d, index=index, previous_id=previous)]
+                # What agentcontext does not model (file or audio parts, provider fields on tool calls)
+                # travels whole and comes back exactly for the messages the engine leaves unchanged.
+                new = [oai.to_message(sans, index=index, previous_id=previous, unknown="keep")]
             else:
                 try:
-                    sans = cast(Mapping[str, object], _sans_breakpoints(d))  # a non-dict is refused by name
                     new = anthropic.to_messages([sans], unknown="keep", previous_id=previous)
                 except AgentContextError:
                     anthropic.to_messages(wire, system=head, unknown="keep")  # raises, naming the index
@@ -934,14 +941,28 @@ def _common_prefix(old: list[object], new: list[object]) -> int:
     return min(n, len(new))
 
 
-def _sans_breakpoints(message: object) -> object:
-    """An Anthropic wire message without its ``cache_control`` breakpoints (itself when it has none)."""
+def _sans_breakpoints(message: object, *, flat: bool = False) -> object:
+    """A wire message without the ``cache_control`` breakpoints on its content blocks or parts (itself when it has none).
+
+    Anthropic's blocks and, through LiteLLM, Chat Completions text parts carry them the same way.
+    With ``flat`` (the Chat Completions route), a content of one plain text part is its text:
+    clients that put a breakpoint on the newest messages turn their string content into a text
+    part for it (Cline, Roo Code) and back in the next request, and each must stay the same message.
+    """
     if not isinstance(message, Mapping):
         return message
     content = message.get("content")
     if not isinstance(content, list):
         return message
     blocks = [_block_sans_breakpoints(b) for b in content]
+    if (
+        flat
+        and len(blocks) == 1
+        and isinstance(only := blocks[0], Mapping)
+        and only.keys() == {"type", "text"}
+    ):
+        if only["type"] == "text" and isinstance(only["text"], str):
+            return {**message, "content": only["text"]}
     if all(a is b for a, b in zip(blocks, content, strict=True)):
         return message
     return {**message, "content": blocks}
@@ -959,16 +980,21 @@ def _block_sans_breakpoints(block: object) -> object:
     return out
 
 
-def _with_breakpoints(fitted: list[Any], sent: list[Any]) -> list[Any]:
-    """``fitted`` with the client's own messages (and their breakpoints) for its unchanged newest messages.
+def _with_breakpoints(fitted: list[Any], sent: list[Any], *, flat: bool = False) -> list[Any]:
+    """``fitted`` with the client's own messages (and their breakpoints) for its unchanged first and newest ones.
 
     Messages are converted without ``cache_control``, so the breakpoints a client puts on its newest
-    messages (Claude Code's) come back here: the tail the engine kept verbatim is the client's tail.
+    messages (Claude Code's) and on its system prompt (a Chat Completions client's) come back here:
+    the head and the tail the engine kept verbatim are the client's.
     """
     i, j = len(fitted) - 1, len(sent) - 1
-    while i >= 0 and j >= 0 and fitted[i] == _sans_breakpoints(sent[j]):
+    while i >= 0 and j >= 0 and fitted[i] == _sans_breakpoints(sent[j], flat=flat):
         fitted[i] = sent[j]
         i, j = i - 1, j - 1
+    for k in range(min(i + 1, j + 1)):
+        if fitted[k] != _sans_breakpoints(sent[k], flat=flat):
+            break
+        fitted[k] = sent[k]
     return fitted
 
 
