@@ -433,6 +433,7 @@ def test_a_message_the_engine_changed_is_written_from_what_it_now_holds() -> Non
         msgs = oai.to_messages(KEPT, unknown="keep")
     changed = msgs[1].evolve(content="[summary of the report request]")
     assert oai.from_message(changed) == {"role": "user", "content": "[summary of the report request]"}
+    assert "openai" not in changed.metadata  # the stale wire form is not carried (nor stored) any further
 
 
 def test_keep_still_refuses_what_is_malformed_and_a_bad_mode() -> None:

@@ -353,7 +353,9 @@ def test_unreadable_input_is_forwarded_unchanged_with_one_log_line(
 ) -> None:
     start = len(upstream.requests)
     marker = "tool-call-id-on-a-user-message-7f3a"
-    messages = [{"role": "user", "content": "Hello", "tool_call_id": marker}]  # only tool messages answer calls
+    messages = [
+        {"role": "user", "content": "Hello", "tool_call_id": marker}
+    ]  # only tool messages answer calls
     proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": messages})
     (sent,) = sent_since(upstream, start)
     assert sent.body["messages"] == messages

@@ -612,10 +612,45 @@ def test_the_agents_latest_plan_is_kept_whole_and_follows_into_the_next_summary(
     )
     again = parse_snapshot(later)
     assert again is not None and again["task_state"] == plan
+    # A newer plan after that summary replaces the one it held: one plan, the newest.
+    newer = _plan_call(
+        3, make.__name__, make([("Read report.py", "completed"), ("Add export_csv()", "completed")])
+    )
+    third = ExtractiveSummarizer().summarize(
+        SummaryRequest(messages=tuple(newer), previous_summary=later, max_tokens=300)
+    )
+    plans = [item for item in (parse_snapshot(third) or {}).get("task_state", []) if item.startswith("plan:")]
+    assert len(plans) == 1 and "in_progress" not in plans[0].lower()
 
 
 def test_a_list_of_records_with_a_status_is_not_a_plan() -> None:
-    msgs = [Message(role="user", content="restart what is down")]
+    msgs = [Message(role="user", content="restart what is down, close the fixed issues")]
     msgs += _plan_call(1, "set_services", {"services": [{"name": "web", "status": "running"}]})
+    issues = [{"key": "PROJ-12", "title": "Login fails on Safari", "status": "done"}]
+    msgs += _plan_call(2, "update_issues", {"issues": issues})
     summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=300))
     assert "plan:" not in summary and "set_services" in summary
+    assert "changed: update_issues" in summary and "PROJ-12" in summary  # a change to records, kept as one
+
+
+def test_a_summary_hard_truncation_shortened_is_read_as_one_not_as_the_goal() -> None:
+    from agentcontext.compaction import MessageKind, kind_of, marker
+    from agentcontext.strategies import HardTruncate
+    from agentcontext.strategies._base import CompactionContext
+    from agentcontext.testing import WordCounter
+
+    task = Message(role="user", content="Fix the parser in src/parse.py")
+    steps = [Message(role="assistant", content=f"checked parse_step_{i} in src/parse.py") for i in range(60)]
+    first = ExtractiveSummarizer().summarize(SummaryRequest(messages=(task, *steps), max_tokens=2_000))
+    summary = Message(role="user", content=first, metadata={"agentcontext": marker(MessageKind.SUMMARY)})
+    latest = Message(role="user", content="now run the tests")
+    ctx = CompactionContext(counter=WordCounter(), budget=100, target=100)
+    short = HardTruncate()._shorten(summary, ctx, cap=40)  # what its first step does to the largest messages
+    assert short is not None and kind_of(short) is MessageKind.SHORTENED and short.text != first
+    out = [short, latest]
+    nxt = ExtractiveSummarizer().summarize(SummaryRequest(messages=(*out, latest), max_tokens=600))
+    sections = parse_snapshot(nxt)
+    assert (
+        sections is not None and "state_snapshot" not in sections["overall_goal"][0]
+    )  # no summary as the goal
+    assert "parse_step_59" in nxt  # what survived of it is carried on

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentcontext import ContextEngine, Message, counter_for
-from agentcontext.compaction import SummaryRequest, is_observation, is_user_request
+from agentcontext.compaction import MessageKind, SummaryRequest, is_observation, is_user_request, kind_of
 from agentcontext.invariants import check_messages
 from agentcontext.strategies import MaskObservations
 from agentcontext.strategies._base import CompactionContext
@@ -58,10 +58,9 @@ def text_agent(steps: int, output_lines: int = 3) -> list[Message]:
         "<returncode>0</returncode>\n<output>\nok\n</output>",
         "  <output>\nok\n</output>",
         "<exception>An error occurred while executing the command: timed out</exception>",
+        "<exception>An error occurred</exception>\n<returncode>-1</returncode>\n<output>\n</output>",
         "OBSERVATION:\nfile listing",
-        "Observation: 3 files found",
         "EXECUTION RESULT of [execute_bash]:\nok",
-        "Execution logs:\nprinted",
     ],
 )
 def test_the_common_headers_mark_an_observation(text: str) -> None:
@@ -75,7 +74,12 @@ def test_the_common_headers_mark_an_observation(text: str) -> None:
     [
         TASK,
         "Please print the <output> of the last run",
+        "<output> should hold the totals; fix the template",
         "My observation: the totals are wrong",
+        # ReAct's and smolagents' headers open sentences people write: outputs only after a command.
+        "Observation: our nightly job got slower after the upgrade. What changed?",
+        "Execution logs: attached below, please read them",
+        "OBSERVATION: the cache misses doubled",
         "Fix it\n(Open file: n/a)\n(Current directory: /repo)\nbash-$",  # SWE-agent's task ends with its prompt too
     ],
 )
@@ -227,3 +231,22 @@ def test_outputs_beyond_the_horizon_are_not_kept_as_the_users_requests() -> None
     assert cut > 100
     assert all(m.id in dropped for m in msgs[:cut] if is_observation(m))  # every output before the cut goes
     assert msgs[1].id not in dropped and any(m.text == TASK for m in out)  # the task stays
+
+
+def test_a_persons_message_that_opens_like_an_output_stays_their_latest_request() -> None:
+    log = "\n".join(f"02:{n % 60:02d} job step {n} took {n % 7} s" for n in range(3_000))
+    ask = f"Observation: our nightly job got slower after the upgrade. Here is the log:\n{log}\nWhat changed?"
+    msgs = [Message(role="system", content="You are an SRE."), Message(role="user", content=ask)]
+    prepared = ContextEngine(model="gpt-4o").prepare(msgs)
+    assert prepared.report.actions == ()
+    assert list(prepared.messages)[-1].text == ask
+
+
+def test_masked_outputs_are_summarized_as_outputs_not_as_requests() -> None:
+    msgs = text_agent(8, output_lines=40)
+    ctx = CompactionContext(counter=WordCounter(), budget=1_500, target=900)
+    masked = MaskObservations(keep_recent=2).compact(msgs, ctx).messages
+    assert sum(kind_of(m) is MessageKind.MASKED for m in masked) >= 3
+    summary = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(masked), max_tokens=600))
+    assert "cleared to save context" not in section(summary, "active_constraints")
+    assert "run: grep -n total_0 src/report.py" in summary  # the command is still a step

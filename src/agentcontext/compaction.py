@@ -42,6 +42,7 @@ __all__ = [
     "Level",
     "MessageKind",
     "SummaryRequest",
+    "answers_text_action",
     "is_observation",
     "is_user_request",
     "kind_of",
@@ -148,14 +149,32 @@ def is_user_request(message: Message) -> bool:
     return message.role == "user" and "agentcontext" not in message.metadata and not is_observation(message)
 
 
-# How agents that act in text (a fenced command in the assistant's reply, no tool calls) send
-# the command's output back as a user message: under a header (mini-swe-agent's
-# ``<returncode>`` and ``<exception>``, SWE-agent's and ReAct's ``OBSERVATION:``/``Observation:``,
-# OpenHands' ``EXECUTION RESULT of [tool]``, smolagents' ``Execution logs:``). A shell prompt at the
-# end is not enough: SWE-agent ends the user's task with the same prompt as each command's output.
+# How agents that act in text (a fenced command in the assistant's reply, no tool calls) send a
+# command's output back as a user message, under a header no person writes: mini-swe-agent's
+# ``<returncode>0</returncode>`` or an ``<output>``/``<exception>`` element around the whole
+# message, SWE-agent's ``OBSERVATION:`` on a line of its own, OpenHands' ``EXECUTION RESULT of
+# [tool]:``. ReAct's ``Observation:`` and smolagents' ``Execution logs:`` also open sentences people
+# write, so they count only right after a command written in text (`answers_text_action`, which
+# the summarizer uses; it reads the conversation in order). A shell prompt at the end is not enough
+# either: SWE-agent ends the user's task with the same prompt as each command's output.
 _OBSERVATION_HEAD = re.compile(
-    r"\s*(?:<returncode>|<output>|<exception>|OBSERVATION:|Observation:|EXECUTION RESULT of \[|Execution logs:)"
+    r"\s*(?:<returncode>-?\d+</returncode>|EXECUTION RESULT of \[[\w.-]+\]:|OBSERVATION:[ \t]*\n)"
 )
+_OBSERVATION_ELEMENT = re.compile(r"\s*<(?:output|exception)>")
+_OBSERVATION_END = ("</output>", "</exception>")
+_REPLY_HEAD = re.compile(r"\s*(?:Observation:|Execution logs:)")
+
+
+def _head(message: Message) -> str:
+    """The start of a message's first text (a header is read there, without joining long texts)."""
+    content = message.content
+    if isinstance(content, str):
+        return content[:300]
+    for part in content or ():
+        text = getattr(part, "text", None)
+        if isinstance(text, str):
+            return text[:300]
+    return ""
 
 
 def is_observation(message: Message) -> bool:
@@ -166,13 +185,34 @@ def is_observation(message: Message) -> bool:
     arrival, masked and summarized like tool results, and are never taken for
     the user's latest request, which is kept verbatim. Recognized by the headers
     of the common text-acting agents (above), or marked by the caller:
-    ``metadata={"observation": True}``.
+    ``metadata={"observation": True}``; one agentcontext masked stays one.
     """
-    if message.role != "user" or "agentcontext" in message.metadata:
+    if message.role != "user":
         return False
-    if message.metadata.get("observation") is True:
+    metadata = message.metadata
+    if "agentcontext" in metadata:
+        return kind_of(message) is MessageKind.MASKED
+    if metadata.get("observation") is True:
         return True
-    return _OBSERVATION_HEAD.match(message.text, 0, 200) is not None
+    head = _head(message)
+    if _OBSERVATION_HEAD.match(head) is not None:
+        return True
+    return _OBSERVATION_ELEMENT.match(head) is not None and message.text.rstrip().endswith(_OBSERVATION_END)
+
+
+def answers_text_action(message: Message) -> bool:
+    """True for a user message that is the output of the command the assistant message before it wrote in text.
+
+    `is_observation`, or a ReAct ``Observation:`` / smolagents ``Execution logs:``: the
+    caller knows that the message before it wrote a command.
+    """
+    if is_observation(message):
+        return True
+    return (
+        message.role == "user"
+        and "agentcontext" not in message.metadata
+        and _REPLY_HEAD.match(_head(message)) is not None
+    )
 
 
 class FallbackReason(str, Enum):

@@ -307,11 +307,23 @@ class Message:
 
         The new id is derived from the old one, so it is deterministic: evolving
         the same message the same way twice gives the same id.
+
+        The wire form a converter carried for this message (a metadata entry
+        ``{"id": <this id>, "wire": ...}``, from ``unknown="keep"``) is not copied to a
+        message with another id: it would never be written back, only stored again.
         """
         if "id" not in changes:
             payload = json.dumps({k: repr(v) for k, v in sorted(changes.items())}, ensure_ascii=False)
             changes["id"] = derive_id(self.id, payload)
+        if changes["id"] != self.id:
+            metadata = changes.get("metadata", self.metadata)
+            if isinstance(metadata, Mapping) and any(_carries_wire(v, self.id) for v in metadata.values()):
+                changes["metadata"] = {k: v for k, v in metadata.items() if not _carries_wire(v, self.id)}
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _carries_wire(value: object, message_id: str) -> bool:
+    return isinstance(value, Mapping) and "wire" in value and value.get("id") == message_id
 
 
 def _rebuild_message(

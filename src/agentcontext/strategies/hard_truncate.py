@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..compaction import Action, MessageKind, marker
+from ..compaction import Action, MessageKind, kind_of, marker
 from ..exceptions import ConfigError, ContextOverflowError
 from ..messages import JSONValue, Message, TextPart, ToolCall
 from ..tokens._base import TokenCounter
@@ -219,7 +219,13 @@ class HardTruncate(PureStrategy):
             new_calls = tuple(_shorten_call(c, per_call * 3) for c in calls)
         if new_content == content and new_calls == calls:
             return None
-        meta = {**m.metadata, "agentcontext": marker(MessageKind.SHORTENED, original_id=m.id)}
+        was = kind_of(
+            m
+        )  # a shortened summary is still the record of what it covered: the next one reads it so
+        fields: dict[str, JSONValue] = (
+            {"original_id": m.id} if was is None else {"original_id": m.id, "was": was.value}
+        )
+        meta = {**m.metadata, "agentcontext": marker(MessageKind.SHORTENED, **fields)}
         return m.evolve(content=new_content, tool_calls=new_calls, metadata=meta)
 
 

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..compaction import SummaryRequest, is_observation, kind_of
+from ..compaction import SummaryRequest, answers_text_action, is_observation, kind_of
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
 from ._commands import (
     brief_arguments,
@@ -22,6 +22,7 @@ from ._commands import (
     failed,
     file_op,
     is_change,
+    is_plan_tool,
     is_verdict,
     outcome,
     plan_of,
@@ -93,11 +94,11 @@ def collect(request: SummaryRequest, lang: Language) -> State:
     """The call (name, JSON arguments) the latest assistant message wrote in text (an agent that acts without tool calls)."""
     for i, m in enumerate(messages, start=1):
         kind = kind_of(m)
-        if kind == "summary":
+        if kind == "summary" or (kind == "shortened" and _was(m) == "summary"):
             _merge_summary(state, m.text, when=i)
         elif kind == "elision":
             state.notes.append(m.text)
-        elif is_observation(m):
+        elif is_observation(m) or (action is not None and answers_text_action(m)):
             _add_output(state, m.text, i)
             if action is not None:  # the command's output: one step, as a tool call and its result
                 _add_call(state, *action, m, seq=i * 1000, lang=lang)
@@ -112,9 +113,15 @@ def collect(request: SummaryRequest, lang: Language) -> State:
     return state
 
 
+def _was(m: Message) -> object:
+    """What a message agentcontext shortened was before (``"summary"``...), when it was one of ours."""
+    meta = m.metadata.get("agentcontext")
+    return meta.get("was") if isinstance(meta, dict) else None
+
+
 _FENCE = re.compile(r"^```[^\n`]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # OpenHands' calls for models without native function calling, and a ReAct step.
-_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([\w.-]+)>")
 _PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
 _REACT = re.compile(r"^Action:[ \t]*([\w.-]+)[ \t]*\n+Action Input:[ \t]*(.*)", re.DOTALL | re.MULTILINE)
 
@@ -129,10 +136,12 @@ def _text_action(m: Message) -> tuple[str, str] | None:
     if m.tool_calls:
         return None
     text = m.text
-    calls = _FUNCTION.findall(text)
-    if calls:
-        name, body = calls[-1]
-        return name, json.dumps({k: v.strip("\n") for k, v in _PARAMETER.findall(body)})
+    end = text.rfind("</function>")
+    start = text.rfind("<function=", 0, end) if end >= 0 else -1
+    call = _FUNCTION.match(text, start) if start >= 0 else None
+    if call is not None:  # the last call, found from the end: linear in the text, whatever it holds
+        body = text[call.end() : end]
+        return call[1], json.dumps({k: v.strip("\n") for k, v in _PARAMETER.findall(body)})
     react = _REACT.search(text)
     if react is not None:
         given = react[2].split("\nObservation:", 1)[0].strip()
@@ -199,10 +208,11 @@ def _add_call(
     except ValueError:
         parsed = arguments
     plan = plan_of(parsed)
-    if plan is not None:  # the agent's plan: the newest replaces the last, and is not a step to repeat
+    if plan is not None:  # the agent's plan: the newest replaces the last
         state.plan = "\n".join(plan)
         state.index.add_text(state.plan, tier=AGENT, when=when)
-        return
+        if is_plan_tool(name) or not is_change(name, parsed):
+            return  # setting the plan is not a step to repeat
     change = is_change(name, parsed)
     brief = brief_arguments(arguments, _CHANGE_LIMIT if change else 160)
     # Read as the agent wrote them, not as JSON escapes them (a name after an escaped new line).

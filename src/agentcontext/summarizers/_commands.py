@@ -27,6 +27,7 @@ __all__ = [
     "failed",
     "file_op",
     "is_change",
+    "is_plan_tool",
     "is_verdict",
     "plan_of",
     "outcome",
@@ -282,7 +283,10 @@ def outcome(text: str, lang: Language, *, command: str = "") -> str:
 
 
 # A to-do list or plan, whatever the tool is called (Claude Code's TodoWrite, Codex's update_plan,
-# Kimi CLI's SetTodoList...): a list of items, each with a status from this vocabulary and a text.
+# Kimi CLI's SetTodoList...): under a key that names one, a list of items, each with a status from
+# this vocabulary and a text. Records with a status under another key (``issues``, ``orders``) are
+# changes to records, not a plan.
+_PLAN_KEYS = frozenset({"todos", "todo", "todolist", "plan", "steps", "tasks", "checklist"})
 _PLAN_STATUS = frozenset(
     {
         "pending",
@@ -303,14 +307,15 @@ _PLAN_STATUS = frozenset(
     }
 )
 _PLAN_TEXT = ("content", "step", "title", "text", "task", "description", "name")
+_PLAN_TOOL = re.compile(r"plan|todo", re.I)
 
 
 def plan_of(arguments: JSONValue) -> list[str] | None:
     """The items a call that sets a plan or to-do list gives it (``[status] text`` each); None for any other call."""
     if not isinstance(arguments, dict):
         return None
-    for value in arguments.values():
-        if not (isinstance(value, list) and value):
+    for key, value in arguments.items():
+        if key.replace("_", "").lower() not in _PLAN_KEYS or not (isinstance(value, list) and value):
             continue
         items: list[str] = []
         for item in value:
@@ -325,6 +330,11 @@ def plan_of(arguments: JSONValue) -> list[str] | None:
         else:
             return items
     return None
+
+
+def is_plan_tool(name: str) -> bool:
+    """True for a tool whose name says it keeps the plan (``TodoWrite``, ``update_plan``): setting it changes no record."""
+    return _PLAN_TOOL.search(name) is not None
 
 
 def brief_arguments(arguments: str, limit: int = 160) -> str:

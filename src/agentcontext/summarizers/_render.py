@@ -67,7 +67,7 @@ def render(state: State, lang: Language, budget: int, quotas: Quotas, count: Cou
     if state.test:
         p.take("task_state", f"{labels['test']}: {shorten(state.test, min(quote, 80), count)}", 1)
     if state.plan:  # where the agent is going: its latest plan or to-do list
-        p.take("task_state", f"{labels['plan']}:\n{shorten(state.plan, max(quote * 2, 48), count)}", 2)
+        p.take("task_state", f"{labels['plan']}:\n{shorten(state.plan, max(budget // 3, 64), count)}", 2)
     # 2-6. Requests, an earlier writer's summary, what failed, errors, what the agent changed: newest
     # first, each within its share, so that no one kind crowds out the others.
     p.fill_requests(p.used + int(budget * 0.2), min(quotas.request, quote))

@@ -110,8 +110,9 @@ def parse_snapshot(text: str) -> dict[str, list[str]] | None:
 
 
 def split_label(item: str) -> tuple[str | None, str]:
-    """(the label's key, the rest) of an item such as ``modified: a.py``; (None, item) without a known label."""
-    head, sep, rest = item.partition(": ")
-    if sep and head in _LABEL_KEY:
-        return _LABEL_KEY[head], rest
+    """(the label's key, the rest) of an item such as ``modified: a.py`` or ``plan:`` and lines; (None, item) without a known label."""
+    for separator in (": ", ":\n"):
+        head, sep, rest = item.partition(separator)
+        if sep and head in _LABEL_KEY:
+            return _LABEL_KEY[head], rest
     return None, item

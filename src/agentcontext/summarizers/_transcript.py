@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from ..compaction import kind_of
+from ..compaction import is_observation, kind_of
 from ..messages import Message, tool_call_index, tool_name_for
 
 __all__ = ["Language", "detect_language", "render_transcript"]
@@ -40,6 +40,8 @@ def detect_language(messages: Iterable[Message]) -> Language:
     for m in messages:
         if m.role not in ("user", "assistant") or kind_of(m) not in (None, "summary", "verbatim"):
             continue
+        if is_observation(m):
+            continue  # a command's output sent back as a user message: tool output too
         text = m.text
         cjk += len(_CJK.findall(text))
         latin += len(_LATIN_WORD.findall(text))
@@ -70,6 +72,8 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
             attrs += ' kept_verbatim="true"'
         elif kind is not None:
             attrs += f' note="{kind} (written by agentcontext)"'
+        elif is_observation(m):
+            attrs += ' note="command output"'  # the output of the command before it, not the user's words
         body = _defuse(m.text)
         if max_chars_per_message is not None and len(body) > max_chars_per_message:
             half = max_chars_per_message // 2
