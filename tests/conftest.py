@@ -11,6 +11,10 @@ from pathlib import Path
 
 # Offline: LiteLLM (the proxy hook's tests) reads its model map from the package instead of fetching it.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Machines that set PYTHONDONTWRITEBYTECODE make every process a test starts (the command line, the
+# crash tests' writers, the proxies) compile the package from source again: cache the bytecode.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
