@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from _sizes import examples
 from agentcontext import ContextEngine, EngineState, Level, Prepared, Thresholds
+from agentcontext.compaction import is_user_request
 from agentcontext.exceptions import ContextOverflowError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message
@@ -30,6 +31,7 @@ conversations = st.builds(
     cjk_share=st.sampled_from([0.0, 0.3, 1.0]),
     huge_share=st.sampled_from([0.0, 0.1, 0.3]),
     messy=st.booleans(),
+    text_actions=st.sampled_from([0.0, 0.0, 0.5]),
 )
 shares = st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.8, 1.2, 3.0])
 
@@ -59,7 +61,8 @@ def _check_promises(msgs: list[Message], engine: ContextEngine) -> Prepared | No
         lead_systems.append(m)
     for m in lead_systems:
         assert m in out
-    users = [m for m in msgs if m.role == "user" and not m.is_empty()]
+    # The latest request the user wrote: a command's output sent back as a user message is not one.
+    users = [m for m in msgs if is_user_request(m) and not m.is_empty()]
     if users:
         assert users[-1] in out
     # 4. Ordered: kept originals keep their relative order.

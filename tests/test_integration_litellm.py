@@ -99,6 +99,19 @@ CHAT_TOOLS = [
 ]
 
 
+def run_calls(messages: list[dict[str, Any]], reply: dict[str, Any], step: int) -> None:
+    """Append a Chat Completions reply's tool calls and their outputs to ``messages``."""
+    calls = reply["choices"][0]["message"]["tool_calls"]
+    messages.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
+        }
+    )
+    messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+
+
 def test_chat_agent_that_never_compacts_stays_inside_the_window(
     proxy: Proxy, upstream: ProviderServer
 ) -> None:
@@ -110,15 +123,7 @@ def test_chat_agent_that_never_compacts_stays_inside_the_window(
     for step in range(16):
         body = {"model": "gpt-5", "messages": messages, "tools": CHAT_TOOLS, "max_tokens": 400}
         reply = proxy.post("/v1/chat/completions", body, **{"x-agentcontext-session": "chat-1"})
-        calls = reply["choices"][0]["message"]["tool_calls"]
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
-            }
-        )
-        messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+        run_calls(messages, reply, step)
     messages.append({"role": "user", "content": "Now answer: which step failed?"})
     reply = proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": messages, "tools": CHAT_TOOLS})
     assert reply["choices"][0]["message"]["content"] == "The third step failed."
@@ -233,15 +238,7 @@ def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
         }
         bodies.append(body)
         reply = proxy.post("/v1/chat/completions", body, **{"x-agentcontext-session": "cline-1"})
-        calls = reply["choices"][0]["message"]["tool_calls"]
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
-            }
-        )
-        messages += [{"role": "tool", "tool_call_id": c["id"], "content": output(step)} for c in calls]
+        run_calls(messages, reply, step)
     sent = sent_since(upstream, start)
     assert len(sent) == len(bodies)
     assert_fits(sent)  # before: forwarded unchanged, over the window from the eighth step on

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from _sizes import examples
 from agentcontext import ContextEngine, FallbackReason, Level
+from agentcontext.compaction import is_user_request
 from agentcontext.engine import default_pipelines
 from agentcontext.exceptions import ContextOverflowError, SummarizerError
 from agentcontext.invariants import check_messages
@@ -80,6 +81,7 @@ conversations = st.builds(
     cjk_share=st.sampled_from([0.0, 0.3, 1.0]),
     huge_share=st.sampled_from([0.0, 0.1]),
     messy=st.booleans(),
+    text_actions=st.sampled_from([0.0, 0.0, 0.5]),
 )
 shares = st.sampled_from([0.1, 0.25, 0.5, 0.8, 1.2])
 failure_rates = st.sampled_from([0.0, 0.3, 1.0])
@@ -104,7 +106,8 @@ def _check(msgs: list[Message], engine: ContextEngine) -> None:
             break
         lead.append(m)
     assert all(m in out for m in lead)  # keeps the system prompt
-    users = [m for m in msgs if m.role == "user" and not m.is_empty()]
+    # The latest request the user wrote: a command's output sent back as a user message is not one.
+    users = [m for m in msgs if is_user_request(m) and not m.is_empty()]
     if users:
         assert users[-1] in out  # and the latest user message, verbatim
     index = {m.id: i for i, m in enumerate(msgs)}

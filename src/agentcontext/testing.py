@@ -65,6 +65,7 @@ def make_conversation(
     huge_share: float = 0.05,
     output_tokens: tuple[int, int] = (5, 400),
     messy: bool = False,
+    text_actions: float = 0.0,
 ) -> list[Message]:
     """A random agent conversation, deterministic for a seed.
 
@@ -72,7 +73,9 @@ def make_conversation(
     making up to ``parallel`` tool calls answered by tool results of random size
     (some huge, some Chinese), and a final assistant answer. With ``messy``,
     it adds what real logs hold: unanswered calls, orphan results, repeated call
-    ids and empty messages.
+    ids and empty messages. ``text_actions`` is the share of steps an agent that
+    acts in text takes instead: a command in a fenced block, and its output back
+    as a user message under mini-swe-agent's ``<returncode>`` header.
     """
     rng = random.Random(seed)
     out: list[Message] = []
@@ -88,6 +91,18 @@ def make_conversation(
         cjk = rng.random() < cjk_share
         out.append(Message(role="user", content=_text(rng, rng.randint(3, 80), cjk=cjk)))
         for _ in range(rng.randint(*steps)):
+            if text_actions and rng.random() < text_actions:
+                command = _text(rng, rng.randint(1, 30), cjk=False)
+                out.append(Message(role="assistant", content=f"THOUGHT: next.\n\n```bash\n{command}\n```"))
+                size = rng.randint(*output_tokens) * (40 if rng.random() < huge_share else 1)
+                output = _tool_output(rng, size, cjk=cjk)
+                code = rng.choice((0, 0, 1))
+                out.append(
+                    Message(
+                        role="user", content=f"<returncode>{code}</returncode>\n<output>\n{output}\n</output>"
+                    )
+                )
+                continue
             calls = []
             for _ in range(rng.randint(1, max(1, parallel))):
                 call_no += 1
