@@ -36,8 +36,11 @@ counted tokens and the verdict, for assertions.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import math
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -664,6 +667,25 @@ _CLIENT_ITEMS = frozenset(
 _IMAGE_TOKENS = 765  # OpenAI's documented cost of a 1024x1024 image at high detail (85 at low detail)
 
 
+def _image_tokens(part: dict[str, Any]) -> int:
+    """An input image's tokens: 85 at low detail; else OpenAI's tiles for a PNG data URL whose size
+    its header gives (fitted into 2048x2048, then its short side down to at most 768 px; 512 px
+    tiles of 170 tokens plus 85; a small image is not scaled up), and a flat 765 for any other."""
+    if part.get("detail") == "low":
+        return 85
+    url = part.get("image_url")
+    if isinstance(url, str) and url.startswith("data:image/png;base64,"):
+        head = base64.b64decode(url.split(",", 1)[1][:44] + "==")[:24]
+        if head[:8] == b"\x89PNG\r\n\x1a\n":
+            w, h = struct.unpack(">II", head[16:24])
+            if max(w, h) > 2048:
+                w, h = w * 2048 / max(w, h), h * 2048 / max(w, h)
+            if min(w, h) > 768:
+                w, h = w * 768 / min(w, h), h * 768 / min(w, h)
+            return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
+    return _IMAGE_TOKENS
+
+
 def _content_tokens(content: Any) -> int:
     """Text tokens of a message content or tool output, images at a flat rate, other parts as JSON."""
     if isinstance(content, str):
@@ -678,7 +700,7 @@ def _content_tokens(content: Any) -> int:
                 break
         else:
             if part.get("type") == "input_image":
-                tokens += 85 if part.get("detail") == "low" else _IMAGE_TOKENS
+                tokens += _image_tokens(part)
             elif part.get("type") == "input_file" and isinstance(part.get("file_data"), str):
                 tokens += count_text(json.dumps({k: v for k, v in part.items() if k != "file_data"}))
             else:
@@ -723,7 +745,8 @@ def check_responses(body: Any, *, tied: dict[str, str] | None = None) -> tuple[s
     Counting: 3 tokens an item plus its role and text (messages), 7 plus the
     name and arguments (calls, as OpenAI frames tool calls), the text of an
     output, the summary text of a reasoning item (its encrypted content is not
-    text the model reads back), the JSON of hosted items; images at a flat 765 (85 at ``detail="low"``).
+    text the model reads back), the JSON of hosted items; images by OpenAI's tile rule when their
+    size is in a PNG header, else at a flat 765 (85 at ``detail="low"``).
 
     Args:
         body: the request body.
