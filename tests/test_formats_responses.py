@@ -107,6 +107,22 @@ def test_ids_are_stable_and_a_grown_list_keeps_the_ids_of_its_prefix(
     assert converter.finish() == messages
 
 
+def test_a_run_looked_at_while_it_was_one_text_message_converts_as_if_fed_at_once() -> None:
+    # Found by the long profile: `messages()` on a run holding only the assistant's text marked it
+    # "text only", and the mark stayed when a call joined the run (string content instead of parts).
+    items = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "Running it."},
+        {"type": "function_call", "call_id": "c1", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    converter = ResponsesConverter()
+    converter.feed(items[:2])
+    assert converter.messages()[-1].content == "Running it."
+    converter.feed(items[2:])
+    assert converter.finish() == responses.to_messages(items)
+
+
 def test_a_converted_message_round_trips_through_a_session_log(tmp_path: Any) -> None:
     items = reasoning_conversation(3)
     with ac.Session.open(tmp_path / "s.jsonl") as session:

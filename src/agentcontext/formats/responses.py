@@ -400,9 +400,10 @@ def _split_run(run: _Unit) -> list[_Unit]:
             dangling,
         ]
     for unit in units:
-        if len(unit.entries) == 1:
-            entry = unit.entries[0]
-            unit.text_only = isinstance(entry, dict) and entry.get("content") == "str"
+        # Set every time, not only when it holds: the open run is split again as it grows, and a run
+        # that was one text message when `messages()` looked must not stay "text only" with a call added.
+        entry = unit.entries[0] if len(unit.entries) == 1 else None
+        unit.text_only = isinstance(entry, dict) and entry.get("content") == "str"
     return units
 
 
