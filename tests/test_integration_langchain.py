@@ -269,26 +269,30 @@ def test_session_keeps_every_original_and_the_model_can_recall_them() -> None:
 # ----------------------------------------------------------------------------- LangGraph prebuilt agent
 
 
-def test_langgraph_pre_model_hook() -> None:
+def react_agent(server: ProviderServer, engine: ac.ContextEngine, tools: list[Any], **options: Any) -> Any:
+    """LangGraph's prebuilt ``create_react_agent`` with agentcontext's ``pre_model_hook`` (``options``: the hook's)."""
     from agentcontext.integrations.langgraph import pre_model_hook
 
+    checkpointer = options.pop("checkpointer", None)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore")  # deprecated in favour of create_agent, still what many run
         from langgraph.prebuilt import create_react_agent
 
+        return create_react_agent(
+            chat_model(server),
+            tools,
+            prompt=SYSTEM,
+            pre_model_hook=pre_model_hook(engine, prompt=SYSTEM, tools=tools, **options),
+            checkpointer=checkpointer,
+        )
+
+
+def test_langgraph_pre_model_hook() -> None:
     steps = runs(10, 120)
     engine = ac.ContextEngine(model="gpt-4o", window=8_000)
     tools = [run_tool()]
     with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            agent = create_react_agent(
-                chat_model(server),
-                tools,
-                prompt=SYSTEM,
-                pre_model_hook=pre_model_hook(engine, prompt=SYSTEM, tools=tools),
-                checkpointer=InMemorySaver(),
-            )
+        agent = react_agent(server, engine, tools, checkpointer=InMemorySaver())
         out = agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("t", steps))
         server.policy = tool_loop(steps=steps)
         asyncio.run(agent.ainvoke({"messages": [{"role": "user", "content": "again"}]}, config("t", steps)))
@@ -348,25 +352,12 @@ def test_a_history_sent_once_with_fill_fills_the_budget_and_the_default_compacts
 
 
 def test_pre_model_hook_fills_the_budget_when_asked() -> None:
-    from agentcontext.integrations.langgraph import pre_model_hook
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from langgraph.prebuilt import create_react_agent
-
     tools = [run_tool()]
     sent = {}
     for fill in (True, False):
         engine = ac.ContextEngine(model="gpt-4o", window=WINDOW)
         with ProviderServer(window=WINDOW, policy=tool_loop(steps=0, final="ok")) as server:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                agent = create_react_agent(
-                    chat_model(server),
-                    tools,
-                    prompt=SYSTEM,
-                    pre_model_hook=pre_model_hook(engine, prompt=SYSTEM, tools=tools, fill=fill),
-                )
+            agent = react_agent(server, engine, tools, fill=fill)
             asyncio.run(agent.ainvoke({"messages": long_history()}, config(None, 1)))  # the async path
         assert_requests_ok(server, "now summarize the build")
         (request,) = server.requests

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -306,15 +306,16 @@ def test_codex_responses_fit_with_reasoning_items(proxy: Proxy, upstream: Provid
 # ----------------------------------------------------------------------------- streams, bad input
 
 
-def long_chat(steps: int) -> list[dict[str, Any]]:
+def long_chat(steps: int, *, ids: str = "s", out: Callable[[int], str] = output) -> list[dict[str, Any]]:
+    """A chat history of ``steps`` tool calls (ids ``call_<ids><step>``) with ``out(step)`` outputs, then a question."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Find which step fails."},
     ]
     for step in range(steps):
-        call = {"id": f"call_s{step}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        call = {"id": f"call_{ids}{step}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output(step)})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": out(step)})
     messages.append({"role": "user", "content": "Now answer: which step failed?"})
     return messages
 
@@ -519,18 +520,7 @@ BUDGET = WINDOW - WINDOW // 4
 
 def history_once(steps: int = 60) -> list[dict[str, Any]]:
     """A whole history sent in one request (about 9k tokens, two budgets) by a client that never compacts."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": "Find which step fails."},
-    ]
-    for step in range(steps):
-        call = {"id": f"call_o{step}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append(
-            {"role": "tool", "tool_call_id": call["id"], "content": f"step {step}\n" + OUTPUT_LINE * 12}
-        )
-    messages.append({"role": "user", "content": "Now answer: which step failed?"})
-    return messages
+    return long_chat(steps, ids="o", out=lambda step: f"step {step}\n" + OUTPUT_LINE * 12)
 
 
 def test_the_proxy_fills_the_budget_when_a_request_asks_and_compacts_to_its_target_otherwise(
