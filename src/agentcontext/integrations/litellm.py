@@ -544,9 +544,8 @@ class ContextHook(CustomLogger):
         previous = messages[-1].id if messages else None
         for index in range(keep, len(wire)):
             d = wire[index]
-            sans = cast(
-                Mapping[str, object], _sans_breakpoints(d, flat=flat)
-            )  # a non-dict is refused by name
+            # A non-dict is refused by name, by the converter.
+            sans = cast(Mapping[str, object], _sans_breakpoints(d, flat=flat))
             if api == "chat":
                 # What agentcontext does not model (file or audio parts, provider fields on tool calls)
                 # travels whole and comes back exactly for the messages the engine leaves unchanged.
