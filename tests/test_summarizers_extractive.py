@@ -160,6 +160,29 @@ def test_a_huge_goal_is_shortened_at_word_boundaries() -> None:
     assert all(w.startswith("detail") and w[6:].isdigit() for w in kept.split() if w.startswith("detai"))
 
 
+def test_every_request_keeps_a_line_before_the_newest_are_quoted_at_length() -> None:
+    # A chat of many long questions: the summary cannot quote them all at length. It lists every one
+    # briefly (its opening and its end) before spending the room on the newest; quoting the newest few
+    # at length lost every older question.
+    filler = " ".join(f"observation {i} was within the normal range" for i in range(40))
+    msgs = [
+        Message(role="user", content="Answer each case I send; be brief."),
+        Message(role="assistant", content="OK."),
+    ]
+    for k in range(24):
+        msgs.append(
+            Message(role="user", content=f"Case{k:02d} opens here. {filler} What explains case{k:02d}?")
+        )
+        msgs.append(Message(role="assistant", content=f"The answer to case {k} is a common cause."))
+    sections = parse_snapshot(summarize(msgs, max_tokens=1500))
+    assert sections is not None
+    requests = sections["active_constraints"]
+    # All of them, oldest first, each with its question.
+    assert [r[:12] for r in requests] == [f"Case{k:02d} opens" for k in range(24)]
+    assert all(r.endswith(f"What explains case{k:02d}?") for k, r in enumerate(requests))
+    assert len(requests[-1]) > len(requests[0])  # the newest at greater length
+
+
 def test_chinese_conversation_gets_chinese_headings() -> None:
     msgs = [
         Message(role="user", content="请帮我检查 config/settings.yaml 为什么加载失败，不要修改数据库。"),

@@ -23,6 +23,10 @@ __all__ = ["Quotas", "render", "shorten"]
 
 Counter = Callable[[str], int]
 
+# The shortest quote of a request worth a line: about a sentence from each end, in any script (a
+# Chinese character costs about a token, an English word a little more).
+_BRIEF = 48
+
 
 @dataclass(frozen=True)
 class Quotas:
@@ -98,10 +102,15 @@ def render(state: State, lang: Language, budget: int, quotas: Quotas, count: Cou
     return p.fit()
 
 
+def _line(section: str, text: str) -> str:
+    """How ``text`` is written in ``section``: the goal as it is, anything else as a bullet."""
+    return text if section == "overall_goal" else "- " + text.replace("\n", "\n  ")
+
+
 class _Item:
     """One line of the snapshot, or one entry of a listed line (``bucket``)."""
 
-    __slots__ = ("bucket", "cost", "line", "order", "section")
+    __slots__ = ("before", "bucket", "cost", "line", "order", "section")
 
     def __init__(self, section: str, order: int, line: str, cost: int, bucket: str | None = None) -> None:
         self.section = section
@@ -109,6 +118,8 @@ class _Item:
         self.line = line
         self.cost = cost
         self.bucket = bucket
+        self.before: tuple[str, int] | None = None
+        """The line and cost before the line grew (`_Packer.replace`): what trimming goes back to."""
 
 
 # Listed lines: (section, bucket), in the order they open their section.
@@ -134,6 +145,7 @@ class _Packer:
         # Everything taken, in the order taken (best first): when the exact count of the whole is
         # over the budget, the last (least important) go first.
         self.items: list[_Item] = []
+        self.grown: list[_Item] = []  # items whose line grew, in the order they grew
         self.lines: set[str] = set()
         self.listed: dict[str, list[_Item]] = {bucket: [] for _, bucket in _LISTS}
         frame = f"<{self.tags['state_snapshot']}>\n</{self.tags['state_snapshot']}>"
@@ -141,13 +153,15 @@ class _Packer:
         self.section_cost = {s: count(f"<{self.tags[s]}>\n</{self.tags[s]}>\n") for s in SECTIONS}
         self.opened: set[str] = set()
         self.steps_taken: set[int] = set()
+        # Requests quoted so far: each one's item and the quote it was given (to quote it longer later).
+        self.quoted: dict[int, tuple[_Item, int]] = {}
 
     def _open_cost(self, section: str) -> int:
         return self.section_cost[section] if section not in self.opened else 0
 
     def take(self, section: str, text: str, order: int) -> _Item | None:
         """Add one item to ``section`` if it fits (and is not there already)."""
-        line = text if section == "overall_goal" else "- " + text.replace("\n", "\n  ")
+        line = _line(section, text)
         if line in self.lines:
             return None
         cost = self.count(line + "\n") + self._open_cost(section)
@@ -159,6 +173,29 @@ class _Packer:
         item = _Item(section, order, line, cost)
         self.items.append(item)
         return item
+
+    def replace(self, item: _Item, text: str) -> bool:
+        """Put ``text``, a longer form of ``item``'s, in its place if the difference fits; False if it does not.
+
+        The growth is the least important thing taken so far: trimming undoes it first.
+        """
+        line = _line(item.section, text)
+        if line in self.lines:
+            return False
+        cost = self.count(line + "\n")
+        if self.used + cost - item.cost > self.budget:
+            return False
+        self.used += cost - item.cost
+        if item.before is None:
+            item.before = (item.line, item.cost)
+            self.grown.append(item)
+        self._set_line(item, line, cost)
+        return True
+
+    def _set_line(self, item: _Item, line: str, cost: int) -> None:
+        self.lines.discard(item.line)
+        self.lines.add(line)
+        item.line, item.cost = line, cost
 
     def take_listed(self, section: str, bucket: str, entry: str) -> bool:
         """Add one entry to a comma-separated list line of ``section``."""
@@ -174,12 +211,40 @@ class _Packer:
         return True
 
     def fill_requests(self, limit: int, quote: int) -> None:
-        """The user's later requests, newest first, each quoted up to ``quote`` tokens."""
-        requests = self.state.requests
-        for order in range(len(requests) - 1, -1, -1):
-            if self.used >= limit:
-                break
-            self.take("active_constraints", shorten(requests[order], quote, self.count), order)
+        """The user's requests, each quoted up to ``quote`` tokens, within the room up to ``limit``.
+
+        Every request not listed yet gets a line first, newest first, of its even share of the room
+        (and no less than `_BRIEF` tokens: a sentence or so from each end), so that every question
+        the user asked is listed before any is quoted at length; only what does not fit even briefly
+        (the oldest) goes. Then the room left quotes the newest at greater length.
+        """
+        newest_first = range(len(self.state.requests) - 1, -1, -1)
+        pending = [n for n in newest_first if n not in self.quoted or self.quoted[n][1] < quote]
+        new = [n for n in pending if n not in self.quoted]
+        for left, n in enumerate(new):
+            room = limit - self.used
+            if room <= 0:
+                return
+            self._quote_request(n, min(quote, max(_BRIEF, room // (len(pending) - left))))
+        for n in pending:
+            room = limit - self.used
+            if room <= 0:
+                return
+            if n in self.quoted and self.quoted[n][1] < quote:
+                self._quote_request(n, min(quote, self.quoted[n][1] + room))
+
+    def _quote_request(self, n: int, quote: int) -> None:
+        text = shorten(self.state.requests[n], quote, self.count)
+        if n in self.quoted:
+            item = self.quoted[n][0]
+            if not self.replace(item, text):
+                return
+        else:
+            taken = self.take("active_constraints", text, n)
+            if taken is None:
+                return
+            item = taken
+        self.quoted[n] = (item, quote)
 
     def fill_prior(self, limit: int) -> None:
         for order, (section, text) in enumerate(self.state.prior):
@@ -274,13 +339,20 @@ class _Packer:
     def fit(self) -> str:
         """The summary text; per-item counts only approximate the whole, so trim until it really fits.
 
-        The overshoot is a few tokens of joins between items: drop the least
-        important items taken until their estimated cost covers it, then count again.
+        The overshoot is a few tokens of joins between items: undo the lines that grew, newest
+        growth first, then drop the least important items taken, until their estimated cost covers
+        it, then count again.
         """
         text = self.assemble()
         over = self.count(text) - self.budget
-        while over > 0 and self.items:
+        while over > 0 and (self.items or self.grown):
             freed = 0
+            while freed < over and self.grown:  # lines that grew go back to their first form
+                item = self.grown.pop()
+                assert item.before is not None
+                freed += item.cost - item.before[1]
+                self._set_line(item, *item.before)
+                item.before = None
             while freed < over and self.items:
                 item = self.items.pop()
                 if item.bucket is not None:
