@@ -285,6 +285,8 @@ def test_source_code_that_names_an_error_is_not_an_error() -> None:
         "src/app/io.py:31:    except ValueError:\n"
         "    with self.assertRaises(TypeError):\n"
         "src/app/io.py:12: error: Incompatible return value type\n"
+        "525:class HttpResponseServerError(HttpResponse):\n"  # grep -n's hits: no space after the number
+        "src/app/io.py:40:raise KeyError(key)\n"
     )
     msgs = [
         Message(role="user", content="Why does writing fail?"),
@@ -302,6 +304,7 @@ def test_source_code_that_names_an_error_is_not_an_error() -> None:
         "OSError: disk full" in shown and "src/app/io.py:12: error: Incompatible return value type" in shown
     )
     assert "raise OSError" not in shown and "except ValueError" not in shown and "assertRaises" not in shown
+    assert "class HttpResponseServerError" not in shown and "raise KeyError" not in shown
     assert (
         "OSError" in shown and "ValueError" in shown and "TypeError" in shown
     )  # the names stay in the index

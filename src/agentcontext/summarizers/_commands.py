@@ -53,6 +53,8 @@ _ERROR_LINE = re.compile(
 # summary's room on noise and mislead the agent. Such lines start with a line number (grep -n,
 # cat -n, nl, sed -n with numbers), a code keyword, a decorator or comment, or pytest's ``>`` marker.
 _NUMBERED = re.compile(r"^(?:[\w./-]+[:-])?\d+(?:[:-]\s|\t|\s{2,})")
+# grep -n's hit without a space after the line number (``525:class X(Error):``, ``a.py:12:raise X``).
+_GREP_HIT = re.compile(r"^(?:[\w./-]+:)?\d+[:-](?=\S)")
 _REPORT_START = re.compile(
     r"(?:E\s+)?(?:[\w.]+\.)?[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning)\b:|(?i:error|fatal|panic|warning|failed)\b"
 )
@@ -211,7 +213,9 @@ def _is_error_report(line: str) -> bool:
         # A numbered line is a listing or a grep hit; keep it only when the rest reads as a
         # report (``src/app.py:12: error: ...`` from a linter, a log line), not as code.
         return _REPORT_START.match(line[numbered.end() :].lstrip()) is not None
-    return _CODE_LINE.search(line) is None and _NAME_LIST.match(line) is None
+    grep = _GREP_HIT.match(line)
+    code = line[grep.end() :] if grep else line
+    return _CODE_LINE.search(code) is None and _NAME_LIST.match(code) is None
 
 
 def test_summary(text: str, *, command: str = "") -> str | None:
