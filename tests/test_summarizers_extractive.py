@@ -486,6 +486,9 @@ def test_on_a_real_coding_trajectory() -> None:
             ["src/app/main.py", "./setup.py", "~/notes/todo.md"],
         ),
         ("open README.md", ["README.md"]),
+        # A dotted module name whose head ends like a file name is not a file; a sentence's full stop is no part.
+        ("'ENGINE': 'django.db.backends.sqlite3', see setup.py.", ["setup.py"]),
+        ("unpack archive.tar.gz", ["archive.tar.gz"]),
         ("raised ValueError and then KeyboardInterrupt", ["ValueError", "KeyboardInterrupt"]),
         ("ruff says E501 and TS2304", ["E501", "TS2304"]),
         ("commit 3ea751c0 fixed it", ["3ea751c0"]),

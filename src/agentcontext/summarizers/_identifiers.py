@@ -42,12 +42,13 @@ _EXT = (
     "gif|svg|zip|tar|gz|whl|so|dll|exe|db|sqlite|parquet"
 )
 # A path has a slash between name characters (a/b, ./a, /etc/x, ~/x) or is a bare
-# file name with a known extension (setup.py). Dates (1/2) and fractions are not
+# file name with a known extension (setup.py), not the head of a longer dotted name
+# (``django.db`` in ``django.db.backends``). Dates (1/2) and fractions are not
 # paths: at least one letter must appear.
 _PATH = re.compile(
     r"(?<![\w/.:@-])"
     r"(?:~|\.{1,2})?/?(?:[A-Za-z0-9_.@+-]+/)+[A-Za-z0-9_.@+-]*[A-Za-z0-9_+-]"
-    r"|(?<![\w/.@-])[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*\.(?:" + _EXT + r")(?![\w/])",
+    r"|(?<![\w/.@-])[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]*\.(?:" + _EXT + r")(?![\w/]|\.\w)",
     re.IGNORECASE,
 )
 _HAS_EXT = re.compile(r"\.(?:" + _EXT + r")$", re.IGNORECASE)
