@@ -332,6 +332,46 @@ def test_a_file_edited_in_place_is_listed_as_modified() -> None:
     assert "read: README.md" in sections["artifact_trail"]  # the next command only read it
 
 
+def test_output_is_read_as_a_terminal_shows_it() -> None:
+    # Agents that run commands in a pty (Kimi CLI, Claude Code) record pytest's colours and pip's
+    # progress bar as they came; the run's counts and error must still be found, and no escape
+    # sequence quoted. A status line in tags is read as what it says, not as "no result".
+    colours = (
+        "\x1b[1m============================= test session starts ==============================\x1b[0m\n"
+        "collected 188 items / 135 deselected / 53 selected\n"
+        "E   \x1b[1m\x1b[31mKeyError: 'remainder'\x1b[0m\n"
+        "\x1b[31m================ \x1b[31m\x1b[1m1 failed\x1b[0m, \x1b[32m52 passed\x1b[0m\x1b[31m in 3.10s\x1b[0m\x1b[31m "
+        "================\x1b[0m\n"
+    )
+    msgs = [
+        Message(role="user", content="Make the remainder transformer honour set_output."),
+        Message(role="assistant", tool_calls=(call("c1", "Bash", command="pip install -e ."),)),
+        Message(
+            role="tool", tool_call_id="c1", content="Downloading  10%\r Downloading  60%\rDownloaded 100%\n"
+        ),
+        Message(
+            role="assistant", tool_calls=(call("c2", "Bash", command="python -m pytest sklearn/compose -v"),)
+        ),
+        Message(role="tool", tool_call_id="c2", content=colours),
+        Message(role="assistant", tool_calls=(call("c3", "StrReplaceFile", path="sklearn/compose/_ct.py"),)),
+        Message(
+            role="tool",
+            tool_call_id="c3",
+            content="<system>File successfully edited. Applied 1 edit(s) with 1 total replacement(s).</system>",
+        ),
+        Message(role="assistant", content="Edited; running the tests again next."),
+    ]
+    text = summarize(msgs)
+    assert "\x1b" not in text and "[0m" not in text
+    sections = parse_snapshot(text)
+    assert sections is not None
+    assert any("1 failed, 52 passed" in t for t in sections["task_state"])
+    actions = "\n".join(line for lines in sections.values() for line in lines)
+    assert "KeyError: 'remainder'" in actions
+    assert "Downloaded 100%" in actions and "Downloading  10%" not in actions
+    assert "File successfully edited." in actions
+
+
 def test_a_here_document_is_shown_as_its_command_not_its_body() -> None:
     script = "cat > repro.py << 'EOF'\nimport sys\nprint(sys.argv)\nEOF\npython repro.py"
     msgs = [
@@ -542,6 +582,18 @@ def test_the_transcript_shows_tool_calls_and_defuses_closing_tags() -> None:
     assert '<message index="2" role="tool" call_id="c1" tool="bash">' in text
     assert text.count("</transcript>") == 1 and text.endswith("</transcript>")
     assert "&lt;/transcript>" in text
+
+
+def test_the_transcript_shows_output_as_a_terminal_would() -> None:
+    # Colour codes cost an LLM summarizer tokens and read as noise; the user's own words stay as written.
+    msgs = [
+        Message(role="user", content="keep \x1b[1mthis\x1b[0m as typed"),
+        Message(role="assistant", tool_calls=(call("c1", "bash", command="pytest"),)),
+        Message(role="tool", tool_call_id="c1", content="\x1b[32m===== 3 passed in 0.1s =====\x1b[0m"),
+    ]
+    text = render_transcript(msgs)
+    assert "\n===== 3 passed in 0.1s =====\n" in text
+    assert "keep \x1b[1mthis\x1b[0m as typed" in text
 
 
 @pytest.mark.parametrize("name", ["state_snapshot", "priorities", "five_sections"])

@@ -31,7 +31,7 @@ from ._commands import (
 from ._identifiers import arguments_text, extract_identifiers
 from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex
 from ._snapshot import LABELS, parse_snapshot, split_label
-from ._transcript import Language
+from ._transcript import Language, terminal_text
 
 __all__ = ["State", "Step", "collect"]
 
@@ -99,12 +99,13 @@ def collect(request: SummaryRequest, lang: Language) -> State:
         elif kind == "elision":
             state.notes.append(m.text)
         elif is_observation(m) or (action is not None and answers_text_action(m)):
-            _add_output(state, m.text, i)
+            output = terminal_text(m.text)
+            _add_output(state, output, i)
             if action is not None:  # the command's output: one step, as a tool call and its result
                 _add_call(state, *action, m, seq=i * 1000, lang=lang)
             else:
                 state.add_step(
-                    Step(seq=i * 1000, text=f"output → {outcome(m.text, lang)}", failed=failed(m.text))
+                    Step(seq=i * 1000, text=f"output → {outcome(output, lang)}", failed=failed(output))
                 )
         elif kind != "summary_ack":
             _add_message(state, m, i, calls, results, lang)
@@ -193,6 +194,7 @@ def _add_message(
             result = results.get(call.id)
             _add_call(state, call.name, call.arguments, result, seq=i * 1000 + k, lang=lang)
     else:
+        text = terminal_text(text)
         _add_output(state, text, i)
         if m.tool_call_id not in calls:
             name = tool_name_for(m, calls)
@@ -225,7 +227,7 @@ def _add_call(
             continue
         if "/" in ident or ("." in ident and not _imported(ident, written)):
             state.add_file(ident, file_op(command, ident))
-    text = result.text if result is not None else ""
+    text = terminal_text(result.text) if result is not None else ""
     shell = parsed.get("command") if isinstance(parsed, dict) else parsed
     if isinstance(shell, str) and result is not None:
         edited = edited_file(shell, text)

@@ -14,7 +14,7 @@ from typing import Literal
 from ..compaction import is_observation, kind_of
 from ..messages import Message, tool_call_index, tool_name_for
 
-__all__ = ["Language", "detect_language", "render_transcript"]
+__all__ = ["Language", "detect_language", "render_transcript", "terminal_text"]
 
 Language = Literal["en", "zh"]
 
@@ -25,6 +25,26 @@ _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _OUR_TAGS = re.compile(
     r"</?(transcript|message|tool_call|tool_result|previous_summary|current_request)\b", re.I
 )
+
+
+# Terminal control in a command's output: colour and cursor sequences (CSI), titles and links (OSC),
+# other two-character escapes. pytest, cargo, npm and git colour their output when they think a
+# terminal reads it, and agents that run commands in a pty record it as it came.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` as a terminal shows it: escape sequences removed, a line a carriage return rewrote
+    (a progress bar) as its last state. How a summarizer reads a command's output."""
+    if "\x1b" in text:
+        text = _ESCAPE.sub("", text)
+    if "\r" in text:
+        text = "\n".join(_last_state(line) for line in text.replace("\r\n", "\n").split("\n"))
+    return text
+
+
+def _last_state(line: str) -> str:
+    return next((part for part in reversed(line.split("\r")) if part), "")
 
 
 def detect_language(messages: Iterable[Message]) -> Language:
@@ -72,9 +92,11 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
             attrs += ' kept_verbatim="true"'
         elif kind is not None:
             attrs += f' note="{kind} (written by agentcontext)"'
-        elif is_observation(m):
+        observation = kind is None and is_observation(m)
+        if observation:
             attrs += ' note="command output"'  # the output of the command before it, not the user's words
-        body = _defuse(m.text)
+        output = m.role == "tool" or observation
+        body = _defuse(terminal_text(m.text) if output else m.text)
         if max_chars_per_message is not None and len(body) > max_chars_per_message:
             half = max_chars_per_message // 2
             body = body[:half] + f"\n[... {len(body) - 2 * half:,} characters omitted ...]\n" + body[-half:]
