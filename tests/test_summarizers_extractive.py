@@ -287,6 +287,7 @@ def test_source_code_that_names_an_error_is_not_an_error() -> None:
         "src/app/io.py:12: error: Incompatible return value type\n"
         "525:class HttpResponseServerError(HttpResponse):\n"  # grep -n's hits: no space after the number
         "src/app/io.py:40:raise KeyError(key)\n"
+        '+\t\tt.Fatalf("unexpected error: %v", err)\n'  # a line git diff shows added
     )
     msgs = [
         Message(role="user", content="Why does writing fail?"),
@@ -305,6 +306,7 @@ def test_source_code_that_names_an_error_is_not_an_error() -> None:
     )
     assert "raise OSError" not in shown and "except ValueError" not in shown and "assertRaises" not in shown
     assert "class HttpResponseServerError" not in shown and "raise KeyError" not in shown
+    assert "t.Fatalf" not in shown
     assert (
         "OSError" in shown and "ValueError" in shown and "TypeError" in shown
     )  # the names stay in the index
@@ -529,6 +531,7 @@ def test_on_a_real_coding_trajectory() -> None:
         # A dotted module name whose head ends like a file name is not a file; a sentence's full stop is no part.
         ("'ENGINE': 'django.db.backends.sqlite3', see setup.py.", ["setup.py"]),
         ("unpack archive.tar.gz", ["archive.tar.gz"]),
+        ("run x > /dev/null 2>&1; see /tmp/out.log", ["/tmp/out.log"]),  # where output goes is not a name
         ("raised ValueError and then KeyboardInterrupt", ["ValueError", "KeyboardInterrupt"]),
         ("ruff says E501 and TS2304", ["E501", "TS2304"]),
         ("commit 3ea751c0 fixed it", ["3ea751c0"]),

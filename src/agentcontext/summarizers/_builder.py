@@ -222,8 +222,7 @@ def _add_call(
     state.index.add_text(written, tier=TARGET, when=when)
     command = f"{name} {arguments}"
     for ident in extract_identifiers(written):
-        # ``/dev/null`` and friends are where output goes, not files the task works on.
-        if "://" in ident or ident.startswith("/dev/") or ident[0] in "0123456789$#":
+        if "://" in ident or ident[0] in "0123456789$#":
             continue
         if "/" in ident or ("." in ident and not _imported(ident, written)):
             state.add_file(ident, file_op(command, ident))

@@ -215,6 +215,8 @@ def _is_error_report(line: str) -> bool:
         # A numbered line is a listing or a grep hit; keep it only when the rest reads as a
         # report (``src/app.py:12: error: ...`` from a linter, a log line), not as code.
         return _REPORT_START.match(line[numbered.end() :].lstrip()) is not None
+    if line.startswith("+") and not line.startswith("+++"):
+        return False  # a line a diff adds: a file's content, not a report
     grep = _GREP_HIT.match(line)
     code = line[grep.end() :] if grep else line
     return _CODE_LINE.search(code) is None and _NAME_LIST.match(code) is None

@@ -259,6 +259,8 @@ def arguments_text(arguments: JSONValue) -> str:
 
 
 def _is_noise(value: str) -> bool:
+    if value.startswith("/dev/"):
+        return True  # ``/dev/null`` and friends: where output goes, not what the task works on
     if "/" in value and "://" not in value:
         if not any(c.isalpha() for c in value):
             return True
