@@ -532,6 +532,7 @@ def test_on_a_real_coding_trajectory() -> None:
         ("'ENGINE': 'django.db.backends.sqlite3', see setup.py.", ["setup.py"]),
         ("unpack archive.tar.gz", ["archive.tar.gz"]),
         ("run x > /dev/null 2>&1; see /tmp/out.log", ["/tmp/out.log"]),  # where output goes is not a name
+        ("git log origin/feat/x..HEAD -- ../src/a.py", ["../src/a.py"]),  # a revision range is not a path
         ("raised ValueError and then KeyboardInterrupt", ["ValueError", "KeyboardInterrupt"]),
         ("ruff says E501 and TS2304", ["E501", "TS2304"]),
         ("commit 3ea751c0 fixed it", ["3ea751c0"]),

@@ -258,9 +258,14 @@ def arguments_text(arguments: JSONValue) -> str:
     return "\n".join(parts)
 
 
+_REVISION_RANGE = re.compile(r"[^/.]\.\.\.?[^/.]")
+
+
 def _is_noise(value: str) -> bool:
     if value.startswith("/dev/"):
         return True  # ``/dev/null`` and friends: where output goes, not what the task works on
+    if _REVISION_RANGE.search(value):
+        return True  # ``origin/main..HEAD``: git's commits between two refs, not a file
     if "/" in value and "://" not in value:
         if not any(c.isalpha() for c in value):
             return True
