@@ -387,6 +387,25 @@ def test_a_here_document_is_shown_as_its_command_not_its_body() -> None:
     assert "created: repro.py" in sections["file_system_state"]
 
 
+def test_a_revision_range_is_an_identifier_not_a_file() -> None:
+    msgs = [
+        Message(role="user", content="Review this branch."),
+        Message(
+            role="assistant",
+            tool_calls=(call("c1", "Bash", command="git log --oneline origin/feat/x..HEAD -- ../src/a.py"),),
+        ),
+        Message(role="tool", tool_call_id="c1", content="2123cb3 Clean up the fallback"),
+        Message(role="assistant", content="One commit to review."),
+    ]
+    sections = parse_snapshot(summarize(msgs))
+    assert sections is not None
+    files = "\n".join(sections.get("artifact_trail", []) + sections.get("file_system_state", []))
+    assert "../src/a.py" in files and "..HEAD" not in files
+    assert any(
+        "origin/feat/x..HEAD" in line for line in sections["key_knowledge"] + sections["recent_actions"]
+    )
+
+
 def test_a_path_is_listed_once_in_its_longest_form() -> None:
     listing = "./django/http/cookie.py\n/testbed/django/http/cookie.py\ndjango/http/cookie.py\ncookie.py\n"
     listing += "a/utils.py\nb/utils.py\nutils.py\n"
@@ -532,7 +551,6 @@ def test_on_a_real_coding_trajectory() -> None:
         ("'ENGINE': 'django.db.backends.sqlite3', see setup.py.", ["setup.py"]),
         ("unpack archive.tar.gz", ["archive.tar.gz"]),
         ("run x > /dev/null 2>&1; see /tmp/out.log", ["/tmp/out.log"]),  # where output goes is not a name
-        ("git log origin/feat/x..HEAD -- ../src/a.py", ["../src/a.py"]),  # a revision range is not a path
         ("raised ValueError and then KeyboardInterrupt", ["ValueError", "KeyboardInterrupt"]),
         ("ruff says E501 and TS2304", ["E501", "TS2304"]),
         ("commit 3ea751c0 fixed it", ["3ea751c0"]),

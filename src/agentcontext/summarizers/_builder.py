@@ -28,7 +28,7 @@ from ._commands import (
     plan_of,
     test_summary,
 )
-from ._identifiers import arguments_text, extract_identifiers
+from ._identifiers import arguments_text, classify_identifier, extract_identifiers
 from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex
 from ._snapshot import LABELS, parse_snapshot, split_label
 from ._transcript import Language, terminal_text
@@ -222,9 +222,9 @@ def _add_call(
     state.index.add_text(written, tier=TARGET, when=when)
     command = f"{name} {arguments}"
     for ident in extract_identifiers(written):
-        if "://" in ident or ident[0] in "0123456789$#":
+        if ident[0] in "0123456789$#" or classify_identifier(ident) != "path":
             continue
-        if "/" in ident or ("." in ident and not _imported(ident, written)):
+        if "/" in ident or not _imported(ident, written):
             state.add_file(ident, file_op(command, ident))
     text = terminal_text(result.text) if result is not None else ""
     shell = parsed.get("command") if isinstance(parsed, dict) else parsed

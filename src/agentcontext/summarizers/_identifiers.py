@@ -72,6 +72,7 @@ _QUANTITY = re.compile(
 )
 
 _TRAILING = ".,;:!?)]}'\"`>"
+_REVISION_RANGE = re.compile(r"[^/.]\.\.\.?[^/.]")
 
 
 def _clean(token: str) -> str:
@@ -258,14 +259,9 @@ def arguments_text(arguments: JSONValue) -> str:
     return "\n".join(parts)
 
 
-_REVISION_RANGE = re.compile(r"[^/.]\.\.\.?[^/.]")
-
-
 def _is_noise(value: str) -> bool:
     if value.startswith("/dev/"):
         return True  # ``/dev/null`` and friends: where output goes, not what the task works on
-    if _REVISION_RANGE.search(value):
-        return True  # ``origin/main..HEAD``: git's commits between two refs, not a file
     if "/" in value and "://" not in value:
         if not any(c.isalpha() for c in value):
             return True
@@ -290,6 +286,8 @@ def classify_identifier(value: str) -> IdentifierKind:
         return "date"
     if _QUANTITY.fullmatch(value):
         return "quantity"
+    if _REVISION_RANGE.search(value):
+        return "id"  # ``origin/main..HEAD``: git's commits between two refs, not a file
     if "/" in value or _PATH.fullmatch(value):
         return "path"
     if (
