@@ -1,6 +1,6 @@
 """The real conversations the tests run on: a small licensed set inside the repository.
 
-`tests/data/` holds 23 real agent conversations (see its LICENSES.md), so every
+`tests/data/` holds 25 real agent conversations (see its LICENSES.md), so every
 clone runs the real-data tests. The long profile (``AGENTCONTEXT_TESTS=long``)
 adds the full evaluation set when it is present beside the repository
 (``../shared/eval``, 63 conversations); the default never needs it.

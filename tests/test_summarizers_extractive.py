@@ -591,6 +591,19 @@ def test_prose_is_not_an_identifier(text: str) -> None:
 # ----------------------------------------------------------------------------- transcript and prompts
 
 
+def test_a_real_kimi_cli_run_is_read_through_its_terminal_colours() -> None:
+    # Kimi CLI records pytest's coloured output and wraps each tool's status in <system>: the
+    # latest test run is found, no escape sequence is quoted, and no step reads as unanswered.
+    entry = next(e for e in realdata.manifest() if e["source"] == "kimi_cli")
+    msgs = to_messages(realdata.load(entry["path"]))
+    text = summarize(msgs[:-1], max_tokens=1500)
+    sections = parse_snapshot(text)
+    assert sections is not None
+    assert any(t.startswith("latest test run:") and t.endswith("4 passed") for t in sections["task_state"])
+    assert "\x1b" not in text and "[0m" not in text
+    assert "no result recorded" not in text
+
+
 def test_the_transcript_shows_tool_calls_and_defuses_closing_tags() -> None:
     msgs = [
         Message(role="user", content="go"),
