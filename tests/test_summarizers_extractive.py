@@ -23,8 +23,10 @@ from agentcontext.summarizers import (
     get_prompt,
     render_transcript,
 )
+from agentcontext.summarizers._commands import outcome
 from agentcontext.summarizers._extractive import parse_snapshot
-from agentcontext.summarizers._identifiers import arguments_text
+from agentcontext.summarizers._identifiers import arguments_text, classify_identifier
+from agentcontext.summarizers._transcript import terminal_text
 from agentcontext.testing import make_conversation
 from agentcontext.tokens import TiktokenCounter
 
@@ -181,6 +183,17 @@ def test_every_request_keeps_a_line_before_the_newest_are_quoted_at_length() -> 
     assert [r[:12] for r in requests] == [f"Case{k:02d} opens" for k in range(24)]
     assert all(r.endswith(f"What explains case{k:02d}?") for k, r in enumerate(requests))
     assert len(requests[-1]) > len(requests[0])  # the newest at greater length
+
+
+def test_a_request_the_user_repeated_is_listed_once() -> None:
+    long = " ".join(f"step{i}" for i in range(300))
+    msgs = [
+        Message(role="user", content="goal"),
+        *[Message(role="user", content=long), Message(role="assistant", content="ok")] * 3,
+    ]
+    sections = parse_snapshot(summarize(msgs, max_tokens=2000))
+    assert sections is not None
+    assert [r.split()[0] for r in sections["active_constraints"]] == ["step0"]
 
 
 def test_chinese_conversation_gets_chinese_headings() -> None:
@@ -401,6 +414,8 @@ def test_a_revision_range_is_an_identifier_not_a_file() -> None:
     assert sections is not None
     files = "\n".join(sections.get("artifact_trail", []) + sections.get("file_system_state", []))
     assert "../src/a.py" in files and "..HEAD" not in files
+    # A file name with two dots in it is still a file.
+    assert classify_identifier("docs/v1..v2.md") == "path" and classify_identifier("origin/a...b") == "id"
     assert any(
         "origin/feat/x..HEAD" in line for line in sections["key_knowledge"] + sections["recent_actions"]
     )
@@ -602,6 +617,27 @@ def test_a_real_kimi_cli_run_is_read_through_its_terminal_colours() -> None:
     assert any(t.startswith("latest test run:") and t.endswith("4 passed") for t in sections["task_state"])
     assert "\x1b" not in text and "[0m" not in text
     assert "no result recorded" not in text
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b[1mbold\x1b(B\x1b[m", "bold"),  # tput sgr0: a character-set escape
+        ("\x1b7s\x1b8 \x1b=a\x1b> \x1bcR", "s a R"),  # save/restore cursor, keypad modes, reset
+        ("\x1b]0;title\x07x \x1b]8;;http://h\x1b\\link\x1b]8;;\x1b\\", "x link"),  # OSC title, hyperlink
+        ("abc\x1b", "abc"),  # an escape cut off at the end
+        (" 10%\r 60%\rdone\r\nnext", "done\nnext"),
+    ],
+)
+def test_terminal_text(raw: str, shown: str) -> None:
+    assert terminal_text(raw) == shown
+
+
+def test_an_outcome_is_the_first_line_that_says_something() -> None:
+    assert outcome("<system>File successfully edited.</system>", "en") == "File successfully edited."
+    assert outcome("<returncode>0</returncode>\n<output>\nhello\n</output>", "en") == "exit 0; hello"
+    # A long run of blanks before the words (read in linear time: the tags are matched on the stripped line).
+    assert outcome(" " * 60_000 + "done", "en") == "done"
 
 
 def test_the_transcript_shows_tool_calls_and_defuses_closing_tags() -> None:

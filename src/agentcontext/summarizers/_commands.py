@@ -40,7 +40,7 @@ Op = Literal["read", "modified", "created", "deleted"]
 
 OP_RANK: dict[str, int] = {"deleted": 0, "created": 1, "modified": 2, "read": 3}
 
-_WRAPPING_TAGS = re.compile(r"^\s*(?:<[\w-]+>\s*)+|(?:\s*</[\w-]+>)+\s*$")
+_WRAPPING_TAGS = re.compile(r"^(?:<[\w-]+>\s*)+|(?:</[\w-]+>\s*)+$")  # on a stripped line
 _EXIT = re.compile(
     r"<returncode>\s*(-?\d+)\s*</returncode>|exit(?:ed)?(?: with)?(?: code| status)[:= ]+(-?\d+)|"
     r"Exit code:?\s*(-?\d+)|returncode[=:]\s*(-?\d+)",
@@ -283,7 +283,7 @@ def outcome(text: str, lang: Language, *, command: str = "") -> str:
     elif not tests:
         # The first line that says something: wrapping tags taken off (Kimi CLI's ``<system>File
         # successfully edited.</system>``), a bare tag or mini-swe-agent's return code passed over.
-        lines = (_WRAPPING_TAGS.sub("", ln).strip() for ln in text.splitlines() if not _EXIT.search(ln))
+        lines = (_WRAPPING_TAGS.sub("", ln.strip()).strip() for ln in text.splitlines() if not _EXIT.search(ln))
         first = next((ln for ln in lines if ln), None)
         if first is not None:
             parts.append(cut(first, 100))

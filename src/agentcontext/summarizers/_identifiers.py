@@ -286,7 +286,7 @@ def classify_identifier(value: str) -> IdentifierKind:
         return "date"
     if _QUANTITY.fullmatch(value):
         return "quantity"
-    if _REVISION_RANGE.search(value):
+    if _REVISION_RANGE.search(value) and not _HAS_EXT.search(value):
         return "id"  # ``origin/main..HEAD``: git's commits between two refs, not a file
     if "/" in value or _PATH.fullmatch(value):
         return "path"

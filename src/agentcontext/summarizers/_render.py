@@ -218,7 +218,10 @@ class _Packer:
         the user asked is listed before any is quoted at length; only what does not fit even briefly
         (the oldest) goes. Then the room left quotes the newest at greater length.
         """
-        newest_first = range(len(self.state.requests) - 1, -1, -1)
+        requests = self.state.requests
+        # A request the user repeated is quoted once, where it was last made.
+        newest = {text: n for n, text in enumerate(requests)}
+        newest_first = sorted(newest.values(), reverse=True)
         pending = [n for n in newest_first if n not in self.quoted or self.quoted[n][1] < quote]
         new = [n for n in pending if n not in self.quoted]
         for left, n in enumerate(new):

@@ -28,16 +28,16 @@ _OUR_TAGS = re.compile(
 
 
 # Terminal control in a command's output: colour and cursor sequences (CSI), titles and links (OSC),
-# other two-character escapes. pytest, cargo, npm and git colour their output when they think a
+# character-set and other escapes (``ESC ( B``, ``ESC =``, ``ESC 7``). pytest, cargo, npm and git colour their output when they think a
 # terminal reads it, and agents that run commands in a pty record it as it came.
-_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
 def terminal_text(text: str) -> str:
     """``text`` as a terminal shows it: escape sequences removed, a line a carriage return rewrote
     (a progress bar) as its last state. How a summarizer reads a command's output."""
     if "\x1b" in text:
-        text = _ESCAPE.sub("", text)
+        text = _ESCAPE.sub("", text).replace("\x1b", "")  # and an escape cut off at the end
     if "\r" in text:
         text = "\n".join(_last_state(line) for line in text.replace("\r\n", "\n").split("\n"))
     return text
