@@ -636,6 +636,10 @@ def test_terminal_text(raw: str, shown: str) -> None:
 def test_an_outcome_is_the_first_line_that_says_something() -> None:
     assert outcome("<system>File successfully edited.</system>", "en") == "File successfully edited."
     assert outcome("<returncode>0</returncode>\n<output>\nhello\n</output>", "en") == "exit 0; hello"
+    # The output's own first line says more than the tool's status line before it.
+    assert outcome("<system>Command executed successfully.</system>\nAll 7 checks passed", "en") == (
+        "All 7 checks passed"
+    )
     # A long run of blanks before the words (read in linear time: the tags are matched on the stripped line).
     assert outcome(" " * 60_000 + "done", "en") == "done"
 

@@ -281,10 +281,12 @@ def outcome(text: str, lang: Language, *, command: str = "") -> str:
     if errors:
         parts.append(cut((named or errors)[-1], 160))
     elif not tests:
-        # The first line that says something: wrapping tags taken off (Kimi CLI's ``<system>File
-        # successfully edited.</system>``), a bare tag or mini-swe-agent's return code passed over.
-        lines = (_WRAPPING_TAGS.sub("", ln.strip()).strip() for ln in text.splitlines() if not _EXIT.search(ln))
-        first = next((ln for ln in lines if ln), None)
+        # The first line of the output itself; else the tool's status line, its tags taken off (Kimi
+        # CLI's ``<system>File successfully edited.</system>``). Return codes and bare tags say nothing.
+        lines = [ln.strip() for ln in text.splitlines() if not _EXIT.search(ln)]
+        first = next((ln for ln in lines if ln and not ln.startswith("<")), None)
+        if first is None:
+            first = next((s for s in (_WRAPPING_TAGS.sub("", ln).strip() for ln in lines) if s), None)
         if first is not None:
             parts.append(cut(first, 100))
         elif not text.strip():
