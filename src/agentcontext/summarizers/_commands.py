@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 Op = Literal["read", "modified", "created", "deleted"]
-
 OP_RANK: dict[str, int] = {"deleted": 0, "created": 1, "modified": 2, "read": 3}
 
 _WRAPPING_TAGS = re.compile(r"^(?:<[\w-]+>\s*)+|(?:</[\w-]+>\s*)+$")  # on a stripped line

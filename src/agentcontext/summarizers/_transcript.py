@@ -7,6 +7,7 @@ with its name and arguments, and every result with the call it answers.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -28,14 +29,19 @@ _OUR_TAGS = re.compile(
 
 
 # Terminal control in a command's output: colour and cursor sequences (CSI), titles and links (OSC),
-# character-set and other escapes (``ESC ( B``, ``ESC =``, ``ESC 7``). pytest, cargo, npm and git colour their output when they think a
-# terminal reads it, and agents that run commands in a pty record it as it came.
+# character-set and other escapes (``ESC ( B``, ``ESC =``, ``ESC 7``). pytest, cargo, npm and git colour
+# their output when they think a terminal reads it, and agents that run commands in a pty record it as it came.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
+@functools.lru_cache(maxsize=1024)
 def terminal_text(text: str) -> str:
     """``text`` as a terminal shows it: escape sequences removed, a line a carriage return rewrote
-    (a progress bar) as its last state. How a summarizer reads a command's output."""
+    (a progress bar) as its last state. How a summarizer reads a command's output.
+
+    Cached (bounded, by text): the extractive summary reads each output twice, once as the result of
+    the call before it and once as a message of its own.
+    """
     if "\x1b" in text:
         text = _ESCAPE.sub("", text).replace("\x1b", "")  # and an escape cut off at the end
     if "\r" in text:
