@@ -564,7 +564,7 @@ def test_a_model_the_registry_does_not_know(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "my-local-llama is not in the model registry" in proc.stderr and "estimator" in proc.stderr
     data = json.loads(report.read_text(encoding="utf-8"))
-    assert data["window"] == 32_000 and data["counter"].startswith("estimate")
+    assert data["window"] == 32_000 and data["counter"].startswith("calibrated(estimate")
     proc = run("count", str(EXAMPLE), "--model", "my-local-llama", "--window", "32000", "--tokenizer",
                "cl100k_base", "--json")  # fmt: skip
     data = json.loads(proc.stdout)

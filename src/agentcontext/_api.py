@@ -198,6 +198,10 @@ class Engine(Protocol):
         """`must_fit` with async summarizers."""
         ...
 
+    def record_usage(self, report: Report, prompt_tokens: int) -> bool:
+        """Learn from what the provider billed for a prepared request (see `ContextEngine.record_usage`)."""
+        ...
+
     def count(
         self,
         messages: Sequence[Message],

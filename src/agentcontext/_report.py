@@ -22,7 +22,8 @@ class Report:
     tokens_after: int
     """Prompt tokens of the prepared messages."""
     budget: int
-    """Window minus output reserve (minus the safety margin for estimated counts)."""
+    """Window minus output reserve (minus the safety margin for estimated counts), in the counter's
+    tokens (see ``correction``)."""
     window: int
     reserve: int
     target: int
@@ -37,6 +38,9 @@ class Report:
     final_level: Level = Level.NONE
     """The level whose pipeline produced the result (higher than ``level`` after escalation)."""
     counter: str = ""
+    correction: float = 1.0
+    """What provider usage taught a `CalibratedCounter` (1.0 for any other counter). The token
+    counts here are the counter's own, uncorrected; ``budget`` is the engine's budget divided by it."""
     incremental: bool = False
     """True when the call only had to process new messages."""
     tool_tokens: int = 0
@@ -73,6 +77,7 @@ class Report:
             "compacted": self.compacted,
             "attempts": self.attempts,
             "counter": self.counter,
+            "correction": round(self.correction, 4),
             "incremental": self.incremental,
             "tool_tokens": self.tool_tokens,
             "instruction_tokens": self.instruction_tokens,

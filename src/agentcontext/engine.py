@@ -32,6 +32,7 @@ answer them with a sync or async summarizer (httpx's auth-flow pattern).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -64,6 +65,8 @@ from .strategies._horizon import cut_at_horizon, default_horizon
 from .strategies.hard_truncate import HardTruncate
 from .strategies.pipeline import default_pipelines
 from .tokens._base import TokenCounter
+from .tokens._calibrate import CalibratedCounter
+from .tokens._encodings import ENCODING_NAMES
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -88,7 +91,7 @@ class _Call:
     tool_tokens: int
     instruction_tokens: int
     limit: int
-    """The budget for the whole request."""
+    """The budget for the whole request, in the counter's uncorrected tokens (`ContextEngine._limit`)."""
     room: int
     """The budget for the messages: ``limit`` less the tool definitions."""
     thresholds: Thresholds
@@ -96,6 +99,8 @@ class _Call:
     floor: _Floor
     fill: bool
     recallable: bool
+    correction: float = 1.0
+    """The calibrated counter's correction this call was judged with (1.0 uncalibrated)."""
     artifacts: ArtifactStore | None = None
     """Where ingest truncation keeps full tool outputs for this call."""
 
@@ -184,12 +189,16 @@ class ContextEngine:
         self.window = window
         self.reserve = reserve
         self.counter = counter
+        # A calibrated counter's correction changes as usage reports arrive. The engine counts with
+        # the uncorrected inner counter, whose counts never change (so the per-message counts
+        # and totals an EngineState carries stay valid), and scales each call's budget instead.
+        self._units: TokenCounter = counter.inner if isinstance(counter, CalibratedCounter) else counter
         self.thresholds = thresholds or Thresholds()
         self.budget = max(int((window - reserve) * (1.0 - safety_margin)), 1)
         self.timeout = timeout
         # Offline and deterministic: the default engine summarizes without a model; it also
         # answers the requests a summarizer cooldown makes between model calls.
-        self._offline: Summarizer = ExtractiveSummarizer(counter=counter)
+        self._offline: Summarizer = ExtractiveSummarizer(counter=self._units)
         self.summarizer: Summarizer = summarizer if summarizer is not None else self._offline
         if getattr(self.summarizer, "calls_model", True) is False:
             self._offline = self.summarizer
@@ -214,7 +223,7 @@ class ContextEngine:
         self.horizon: int | None = horizon
         self.strict = strict
         self.truncator = self._make_truncator(truncator)
-        self.reply_overhead = counter.count_messages(())
+        self.reply_overhead = self._units.count_messages(())
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
         self._summary_failures = 0
@@ -241,7 +250,7 @@ class ContextEngine:
             max_tokens=max_tokens,
             max_bytes=max(4096, max_tokens * 8),
             max_lines=max(200, max_tokens // 4),
-            counter=self.counter,
+            counter=self._units,
             store=MemoryArtifactStore(),
         )
 
@@ -394,13 +403,17 @@ class ContextEngine:
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
     ) -> int:
-        """Prompt tokens of ``messages`` (with ``tools`` and ``instructions``) as they are, reply priming included."""
+        """Prompt tokens of ``messages`` (with ``tools`` and ``instructions``) as they are, reply priming included.
+
+        With a `CalibratedCounter`, corrected by what provider usage taught it.
+        """
         check_messages(messages, 0)
-        return (
-            self.counter.count_messages(messages)
+        counted = (
+            self._units.count_messages(messages)
             + self._tool_tokens(tools)
-            + self._instructions.count(instructions, self.counter)
+            + self._instructions.count(instructions, self._units)
         )
+        return _corrected(counted, self._correction())
 
     def status(
         self,
@@ -412,13 +425,15 @@ class ContextEngine:
         """How full the context would be if ``messages`` were prepared now, with a recommendation."""
         counted = self._count(messages, self._last if state is None else state, commit=False, artifacts=None)
         tool_tokens = self._tool_tokens(tools)
-        limit = max(self.budget - tool_tokens, 1)
+        correction = self._correction()
+        budget = self._limit(self.budget, correction)
+        limit = max(budget - tool_tokens, 1)
         tokens = counted.tokens + tool_tokens
-        ratio = tokens / self.budget
-        th = self._thresholds(floor_of(counted, self.counter), limit)
+        ratio = tokens / budget
+        th = self._thresholds(floor_of(counted, self._units), limit)
         level = th.level(counted.tokens / limit)
         return Status(
-            tokens=tokens,
+            tokens=_corrected(tokens, correction),
             budget=self.budget,
             window=self.window,
             reserve=self.reserve,
@@ -429,7 +444,37 @@ class ContextEngine:
 
     def can_add(self, messages: Sequence[Message], message: Message) -> bool:
         """True when ``message`` can join ``messages`` without pushing them over the budget."""
-        return self.status(messages).tokens + self.counter.count_message(message) <= self.budget
+        counted = self._count(messages, self._last, commit=False, artifacts=None)
+        budget = self._limit(self.budget, self._correction())
+        return counted.tokens + self._units.count_message(message) <= budget
+
+    def record_usage(self, report: Report, prompt_tokens: int) -> bool:
+        """Learn from the prompt tokens a provider billed for a request this engine prepared.
+
+        ``report`` is the `Prepared.report` of that request and ``prompt_tokens``
+        what the response's usage says the prompt cost: OpenAI's
+        ``usage.prompt_tokens``, Anthropic's ``input_tokens`` plus its cache reads
+        and writes, LangChain's ``usage_metadata["input_tokens"]``. When the engine
+        counts with a `CalibratedCounter` (the default for models counted by
+        estimate), the counter learns the ratio, and later calls scale their budget
+        by it; an exact counter has nothing to learn. Sessions and the
+        integrations call this for you.
+
+        Returns:
+            True when the report was used; False when there is nothing to learn (an
+            exact counter, a prompt too small to judge by).
+
+        Raises:
+            UsageError: ``report`` is not a `Report` or ``prompt_tokens`` is not an int >= 0.
+        """
+        if not isinstance(report, Report):
+            raise UsageError(f"report must be the Report of a prepared request, got {type(report).__name__}")
+        if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) or prompt_tokens < 0:
+            raise UsageError(f"prompt_tokens must be an int >= 0, got {prompt_tokens!r}")
+        counter = self.counter
+        if not isinstance(counter, CalibratedCounter):
+            return False
+        return counter.observe_counted(report.tokens_after, prompt_tokens)
 
     def reset(self) -> None:
         """Forget the state this engine keeps for calls made without ``state=`` (the next is a full pass)."""
@@ -522,8 +567,27 @@ class ContextEngine:
 
     # ------------------------------------------------------------------ the logic (one place)
 
+    def _correction(self) -> float:
+        """The calibrated counter's correction now (1.0 for any other counter): read once per call."""
+        counter = self.counter
+        return counter.correction if isinstance(counter, CalibratedCounter) else 1.0
+
+    @staticmethod
+    def _limit(budget: int, correction: float) -> int:
+        """``budget`` in the counter's uncorrected tokens: the most ``n`` with ``ceil(n * correction) <= budget``."""
+        if correction == 1.0:
+            return budget
+        return max(math.floor(budget / correction + 1e-9), 1)
+
+    def _calibrated(self, correction: float) -> str:
+        if correction == 1.0:
+            return ""
+        return (
+            f"; provider usage puts prompts at {correction:.3f} times the counter's counts, the figures here"
+        )
+
     def _tool_tokens(self, tools: ToolDefinitions | None) -> int:
-        return self._tools.count(tools, self.counter)
+        return self._tools.count(tools, self._units)
 
     def _count(
         self,
@@ -537,7 +601,7 @@ class ContextEngine:
         return count_new(
             messages,
             state,
-            counter=self.counter,
+            counter=self._units,
             truncator=self.truncator,
             strict=self.strict,
             reply_overhead=self.reply_overhead,
@@ -572,13 +636,14 @@ class ContextEngine:
         given = self._last if own else state
         fill = check_fill(fill)  # refuses a bad share now, before the state is touched
         tool_tokens = self._tool_tokens(tools)
-        instruction_tokens = self._instructions.count(instructions, self.counter)
+        instruction_tokens = self._instructions.count(instructions, self._units)
         counted = self._count(messages, given, commit=True, artifacts=artifacts, horizon=self.horizon)
         with self._stats_lock:
             self.stats.calls += 1
             self.stats.repairs += sum(1 for a in counted.actions if a.kind == "repaired")
             self.stats.truncations += sum(1 for a in counted.actions if a.kind == "truncated")
-        limit = min(budget, self.budget) if budget is not None else self.budget
+        correction = self._correction()
+        limit = self._limit(min(budget, self.budget) if budget is not None else self.budget, correction)
         beside = tool_tokens + instruction_tokens
         room = limit - beside  # what the messages may take
         if room <= self.reply_overhead:
@@ -587,13 +652,13 @@ class ContextEngine:
             raise ContextOverflowError(
                 f"the tool definitions ({tool_tokens:,} tokens) and instructions ({instruction_tokens:,}) alone "
                 f"take {beside:,} tokens of the {limit:,}-token budget (window {self.window:,} minus reserve "
-                f"{self.reserve:,}); send fewer tools, shorter instructions, or use a larger window",
+                f"{self.reserve:,}{self._calibrated(correction)}); send fewer tools, shorter instructions, or use a larger window",
                 required=beside + self.reply_overhead,
                 budget=limit,
                 window=self.window,
                 reserve=self.reserve,
             )
-        floor = floor_of(counted, self.counter)
+        floor = floor_of(counted, self._units)
         th = self._thresholds(floor, room)
         if fill:
             th = th.filled(None if fill is True else float(fill))
@@ -614,6 +679,7 @@ class ContextEngine:
             floor=floor,
             fill=bool(fill),
             recallable=recallable,
+            correction=correction,
             artifacts=artifacts,
         )
         if start == Level.NONE:
@@ -637,7 +703,7 @@ class ContextEngine:
             lineage = _Lineage(out=list(counted.messages), counts=list(counted.counts), repair=counted.repair)
         out = lineage.out
         tokens = counted.tokens
-        out_tokens = tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in stubs)
+        out_tokens = tokens - self.reply_overhead - sum(self._units.count_message(m) for m in stubs)
         in_effect = call.in_effect
         # Concatenate only when something happened, so a quiet step stays O(new).
         carried = in_effect + tuple(counted.actions) if counted.actions else in_effect
@@ -665,6 +731,7 @@ class ContextEngine:
             actions=tuple(counted.actions),
             in_effect=in_effect,
             counter=self.counter.name,
+            correction=call.correction,
             incremental=call.given is not None,
             tool_tokens=call.tool_tokens,
             instruction_tokens=call.instruction_tokens,
@@ -690,7 +757,7 @@ class ContextEngine:
         counts = (
             counted.base_counts[: counted.base_len] if counted.base_counts is not None else []
         ) + counted.counts
-        counts.extend(self.counter.count_message(m) for m in stubs)
+        counts.extend(self._units.count_message(m) for m in stubs)
         protected = frozenset(m.id for m in full if m.metadata and m.metadata.get("pinned") is True)
         actions = list(counted.actions)
         notes = self._notes(call)
@@ -702,7 +769,7 @@ class ContextEngine:
                 # What stays of the messages intake left alone is cut and counted as intake would have.
                 late[0] += len(part)
                 return ingest_all(
-                    part, actions, truncator=self.truncator, counter=self.counter, artifacts=call.artifacts
+                    part, actions, truncator=self.truncator, counter=self._units, artifacts=call.artifacts
                 )
 
             cut = cut_at_horizon(
@@ -712,7 +779,7 @@ class ContextEngine:
                 ledger_room=room,
                 protected_ids=protected,
                 recallable=call.recallable,
-                counter=self.counter,
+                counter=self._units,
                 estimated=estimated,
                 ingest=ingest,
             )
@@ -729,7 +796,7 @@ class ContextEngine:
                     "without being tokenized: tokens_before counts them at an estimate from their length"
                 )
         ctx = CompactionContext(
-            counter=self.counter,
+            counter=self._units,
             budget=room,
             target=int(th.target * room),
             reply_overhead=self.reply_overhead,
@@ -758,7 +825,7 @@ class ContextEngine:
         repair = counted.repair
         if stubs and not kept_stubs:
             repair.pending.clear()  # their call was compacted away; late results will be orphans, and reported
-        out_tokens = tokens - self.reply_overhead - sum(self.counter.count_message(m) for m in kept_stubs)
+        out_tokens = tokens - self.reply_overhead - sum(self._units.count_message(m) for m in kept_stubs)
         keep = 0
         for a, b in zip(call.messages, out, strict=False):
             if a.id != b.id:
@@ -767,8 +834,8 @@ class ContextEngine:
         head_idx, latest_user = essential_indices(out)
         out_floor = _Floor(
             head_len=len(head_idx),
-            head_tokens=sum(self.counter.count_message(out[i]) for i in head_idx),
-            user_tokens=self.counter.count_message(out[latest_user]) if latest_user is not None else 0,
+            head_tokens=sum(self._units.count_message(out[i]) for i in head_idx),
+            user_tokens=self._units.count_message(out[latest_user]) if latest_user is not None else 0,
         )
         n = len(call.messages)
         before, after = counted.tokens + call.beside, tokens + call.beside
@@ -795,6 +862,7 @@ class ContextEngine:
             in_effect=call.in_effect,
             attempts=attempts,
             counter=self.counter.name,
+            correction=call.correction,
             incremental=call.given is not None,
             tool_tokens=call.tool_tokens,
             instruction_tokens=call.instruction_tokens,
@@ -859,6 +927,11 @@ class ContextEngine:
             notes.append(
                 f"the system prompt and the latest request take {call.floor.tokens + self.reply_overhead:,} of "
                 f"the {call.room:,}-token budget: target raised to {th.target:.0%}, soft limit to {th.soft:.0%}"
+            )
+        if call.correction != 1.0:
+            notes.append(
+                f"counts are the counter's own; provider usage puts the prompt at {call.correction:.3f} times "
+                f"them, so the {self.budget:,}-token budget is {call.limit:,} of them"
             )
         if call.tool_tokens:
             notes.append(f"the tool definitions take {call.tool_tokens:,} tokens of the budget")
@@ -955,6 +1028,10 @@ def _resolve(
         if spec is None:
             raise ConfigError("ContextEngine needs a model name or an explicit counter=")
         counter = models.counter_for(spec)
+        if spec.tokenizer not in ENCODING_NAMES:
+            # An estimate, or a tokenizer file without the provider's exact chat template: each engine
+            # learns its model's correction from the usage it is given (`record_usage`).
+            counter = CalibratedCounter(counter)
     elif not isinstance(counter, TokenCounter):
         raise ConfigError(f"counter must implement TokenCounter, got {type(counter).__name__}")
     return spec, window, reserve, counter
@@ -969,3 +1046,8 @@ if TYPE_CHECKING:
 
     def _implements_engine(engine: ContextEngine) -> Engine:
         return engine  # a static check: ContextEngine satisfies the Engine protocol
+
+
+def _corrected(tokens: int, correction: float) -> int:
+    """``tokens`` counted uncorrected, as the provider bills them (`CalibratedCounter`'s rounding)."""
+    return tokens if correction == 1.0 else math.ceil(tokens * correction - 1e-9)

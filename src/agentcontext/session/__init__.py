@@ -31,7 +31,7 @@ from ._records import (
     UsageRecord,
 )
 from ._session import Session
-from ._types import DMAIL_TEMPLATE, Checkpoint, DMail, SupportsCalibration, UsageTotals
+from ._types import DMAIL_TEMPLATE, Checkpoint, DMail, UsageTotals
 from ._view import SessionView
 from .stores import (
     AsyncSessionStore,
@@ -87,7 +87,6 @@ __all__ = [
     "StorePathError",
     "StorePermissionError",
     "StoredRecord",
-    "SupportsCalibration",
     "SupportsLease",
     "UndoRecord",
     "UnknownRecord",

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import _serde
 from .._api import EngineState
+from .._report import Report
 from .._serde import RecordDecodeError, UnknownRecord
 from ..artifacts import ArtifactStore
 from ..exceptions import (
@@ -102,7 +103,6 @@ from ._types import (
     DMAIL_TEMPLATE,
     Checkpoint,
     DMail,
-    SupportsCalibration,
     UsageTotals,
 )
 from ._view import SessionView, ViewState
@@ -172,14 +172,14 @@ class Session:
         self._counter = counter if counter is not None else (engine.counter if engine is not None else None)
         self._artifacts: ArtifactStore = artifacts if artifacts is not None else store.default_artifacts()
         self.recall_max_chars = recall_max_chars
-        self._last_prompt: Sequence[Message] | None = None
+        self._last_report: Report | None = None
         self._async_locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def _view_rewritten(self) -> None:
         """The view was replaced rather than extended: what was tied to the old one goes."""
         self._engine_state = EngineState.new()
         self._prepared_len = None
-        self._last_prompt = None  # the prompt it came from is no longer the view's
+        self._last_report = None  # the prompt it came from is no longer the view's
 
     # ------------------------------------------------------------------ opening
 
@@ -640,7 +640,7 @@ class Session:
         # Taken only now: a failed write above leaves the engine state as it was with the view.
         self._engine_state = prepared.state
         self._prepared_len = prepared.state.length
-        self._last_prompt = prepared.messages
+        self._last_report = prepared.report
 
     def reload(self) -> int:
         """Read what other writers appended to this session since it was read; returns how many records.
@@ -668,9 +668,9 @@ class Session:
         without a prepare since the session was opened or reverted, the whole
         view now: then call this before appending the reply). From here on,
         `tokens` is ``prompt_tokens`` plus the counted tokens of every message
-        appended since. When the engine's counter can learn from usage
-        (`SupportsCalibration`, e.g. ``CalibratedCounter``), it is given the
-        prompt and the reported size.
+        appended since. The engine learns from it too (`ContextEngine.record_usage`:
+        an engine counting by estimate corrects its counts with it) when this usage
+        is the reply to the session's last `prepare`.
 
         Raises:
             ConfigError: a token count is negative or not an int.
@@ -704,10 +704,9 @@ class Session:
                     )
                 ]
             )
-            prompt, self._last_prompt = self._last_prompt, None
-            counter = self._counter
-            if prompt is not None and isinstance(counter, SupportsCalibration):
-                counter.observe(prompt, prompt_tokens)
+            report, self._last_report = self._last_report, None
+            if report is not None and self._engine is not None:
+                self._engine.record_usage(report, prompt_tokens)
 
     @property
     def tokens(self) -> int:

@@ -1,19 +1,14 @@
-"""The small public types a session hands out: checkpoints, D-Mails, usage totals, the calibration hook."""
+"""The small public types a session hands out: checkpoints, D-Mails and usage totals."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-from ..messages import Message
 
 __all__ = [
     "DEFAULT_RECALL_MAX_CHARS",
     "DMAIL_TEMPLATE",
     "Checkpoint",
     "DMail",
-    "SupportsCalibration",
     "UsageTotals",
 ]
 
@@ -26,15 +21,6 @@ DMAIL_TEMPLATE = (
 
 DEFAULT_RECALL_MAX_CHARS = 20_000
 """Characters per page `Session.handle_recall` returns (about 5,000 tokens of English)."""
-
-
-@runtime_checkable
-class SupportsCalibration(Protocol):
-    """A counter that learns from provider-reported usage (such as ``CalibratedCounter``)."""
-
-    def observe(self, messages: Sequence[Message], reported_prompt_tokens: int) -> object:
-        """Take one provider-reported prompt size for ``messages`` (the return value is ignored)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

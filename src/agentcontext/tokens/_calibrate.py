@@ -183,7 +183,24 @@ class CalibratedCounter:
             raise UsageError(
                 f"reported_prompt_tokens and extra_tokens must be ints >= 0, got {reported_prompt_tokens!r} and {extra_tokens!r}"
             )
-        predicted = self._inner.count_messages(messages) + extra_tokens
+        return self.observe_counted(
+            self._inner.count_messages(messages) + extra_tokens, reported_prompt_tokens
+        )
+
+    def observe_counted(self, predicted: int, reported_prompt_tokens: int) -> bool:
+        """`observe` for a request already counted: ``predicted`` is the *inner* counter's count of
+        everything the provider billed as prompt (messages, tools, instructions, reply priming),
+        such as a `Report`'s ``tokens_after`` from an engine that counts with this counter.
+
+        Returns:
+            True when the report was used, False when it was skipped (prompt under ``min_tokens``).
+
+        Raises:
+            UsageError: either count is not an int >= 0.
+        """
+        for name, value in (("predicted", predicted), ("reported_prompt_tokens", reported_prompt_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UsageError(f"{name} must be an int >= 0, got {value!r}")
         if predicted < max(self._min_tokens, 1) or reported_prompt_tokens == 0:
             return False
         ratio = min(self._hi, max(self._lo, reported_prompt_tokens / predicted))
