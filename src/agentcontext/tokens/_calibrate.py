@@ -57,6 +57,12 @@ class CalibratedCounter:
     calibrated recount costs the same as an uncalibrated one. The learned
     state is guarded by a lock; share one instance per model.
 
+    A `ContextEngine` given one (the default for models counted by estimate)
+    counts with the inner counter and divides each call's budget by the
+    correction instead: the counts it keeps between calls stay valid when the
+    correction moves, where corrected counts taken before and after a report
+    would mix (`ContextEngine.record_usage` feeds it).
+
     >>> from agentcontext.tokens import ScriptEstimator
     >>> counter = CalibratedCounter(ScriptEstimator())
     >>> counter.correction
