@@ -147,7 +147,15 @@ def test_usage_teaches_the_whole_request_tools_and_instructions_included(tmp_pat
 def test_models_counted_by_estimate_calibrate_by_default() -> None:
     claude = ContextEngine(model="claude-sonnet-4-5")
     assert isinstance(claude.counter, CalibratedCounter) and isinstance(claude.counter.inner, ScriptEstimator)
-    assert isinstance(ContextEngine(ESTIMATED).counter, CalibratedCounter)
+    default = ContextEngine(ESTIMATED)
+    assert isinstance(default.counter, CalibratedCounter)
+    # It corrects upward only: a provider billing less than the estimate leaves the safety it gives.
+    prepared = default.prepare([Message(role="user", content=_words(0, 300))])
+    assert default.record_usage(prepared.report, prepared.report.tokens_after // 2)
+    assert default.counter.correction == 1.0
+    for _ in range(30):
+        assert default.record_usage(prepared.report, prepared.report.tokens_after * 2)
+    assert 1.49 < default.counter.correction <= 1.5  # and by half at most
     exact = ContextEngine(model="gpt-4o")
     assert not isinstance(exact.counter, CalibratedCounter)
     prepared = exact.prepare([Message(role="user", content=_words(0, 200))])

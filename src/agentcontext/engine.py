@@ -455,9 +455,11 @@ class ContextEngine:
         what the response's usage says the prompt cost: OpenAI's
         ``usage.prompt_tokens``, Anthropic's ``input_tokens`` plus its cache reads
         and writes, LangChain's ``usage_metadata["input_tokens"]``. When the engine
-        counts with a `CalibratedCounter` (the default for models counted by
-        estimate), the counter learns the ratio, and later calls scale their budget
-        by it; an exact counter has nothing to learn. Sessions and the
+        counts with a `CalibratedCounter`, the counter learns the ratio, and later
+        calls scale their budget by it; an exact counter has nothing to learn. Models
+        counted by estimate get one by default, which corrects upward only (a
+        provider that bills more than the estimate); pass your own
+        ``counter=CalibratedCounter(...)`` to correct both ways. Sessions and the
         integrations call this for you.
 
         Returns:
@@ -1030,8 +1032,12 @@ def _resolve(
         counter = models.counter_for(spec)
         if spec.tokenizer not in ENCODING_NAMES:
             # An estimate, or a tokenizer file without the provider's exact chat template: each engine
-            # learns its model's correction from the usage it is given (`record_usage`).
-            counter = CalibratedCounter(counter)
+            # learns its model's correction from the usage it is given (`record_usage`). Upward only:
+            # the estimate errs high by design, and a ratio learned on prose may not hold for the code
+            # or Chinese that comes next, so the default never packs more than the estimate allows
+            # (LangChain clamps its usage scaling to [1, 1.25] for the same reason). Pass
+            # counter=CalibratedCounter(...) for both directions.
+            counter = CalibratedCounter(counter, min_correction=1.0)
     elif not isinstance(counter, TokenCounter):
         raise ConfigError(f"counter must implement TokenCounter, got {type(counter).__name__}")
     return spec, window, reserve, counter
