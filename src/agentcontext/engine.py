@@ -584,9 +584,7 @@ class ContextEngine:
     def _calibrated(self, correction: float) -> str:
         if correction == 1.0:
             return ""
-        return (
-            f"; provider usage puts prompts at {correction:.3f} times the counter's counts, the figures here"
-        )
+        return f"; these are the counter's own figures, and provider usage puts prompts at {correction:.3f} times them"
 
     def _tool_tokens(self, tools: ToolDefinitions | None) -> int:
         return self._tools.count(tools, self._units)
