@@ -10,12 +10,15 @@ tool calls. Nothing of LangChain is mocked.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
@@ -27,8 +30,11 @@ import agentcontext as ac
 from _sizes import runs
 from agentcontext.compaction import MessageKind, kind_of
 from agentcontext.formats import langchain as lc
+from agentcontext.formats import openai as openai_format
 from agentcontext.integrations.langchain import ContextMiddleware
+from agentcontext.models import ModelSpec
 from agentcontext.session import MemoryStore, Session
+from agentcontext.tokens import ScriptEstimator
 from providers import ProviderServer, Reply, Request, tool_loop
 
 SYSTEM = "You are a build engineer. Run the steps you are asked to run, then report."
@@ -400,3 +406,191 @@ def test_docs_langchain_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     assert len(server.requests) == 9 and server.rejected == []
     assert (tmp_path / "runs" / "task-42.jsonl").exists()
     del policy
+
+
+# ----------------------------------------------------------------------------- usage fed back
+
+RATIO = 1.35
+"""How many tokens the provider of `estimated_model` bills per token agentcontext's estimate counts."""
+ESTIMATE = ScriptEstimator()
+
+
+def billed(body: dict[str, Any]) -> int:
+    """The prompt tokens a model whose tokenizer makes 1.35 times agentcontext's estimate bills for ``body``."""
+    messages = openai_format.to_messages(body["messages"])
+    return math.ceil(
+        RATIO * (ESTIMATE.count_messages(messages) + ESTIMATE.count_tools(body.get("tools") or []))
+    )
+
+
+def estimated_model(window: int) -> ModelSpec:
+    """A model agentcontext has no tokenizer for (as Claude or Gemini): its prompts are counted by estimate."""
+    return ModelSpec(
+        name="house-model",
+        provider="other",
+        context_window=window,
+        max_output_tokens=500,
+        tokenizer="estimate",
+    )
+
+
+class Fed(ac.ContextEngine):
+    """A ContextEngine that keeps every ``(report, prompt_tokens)`` it is given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fed: list[tuple[ac.Report, int]] = []
+
+    def record_usage(self, report: ac.Report, prompt_tokens: int) -> bool:
+        self.fed.append((report, prompt_tokens))
+        return super().record_usage(report, prompt_tokens)
+
+
+def usage_agent(server: ProviderServer, context: ContextMiddleware, **kwargs: Any) -> Any:
+    return create_agent(
+        chat_model(server), tools=[run_tool(15)], system_prompt=SYSTEM, middleware=[context], **kwargs
+    )
+
+
+def per_thread_loop(steps: int) -> Callable[[Request], Reply]:
+    """`tool_loop` for several threads at once: each request (its latest user message) counts its own steps."""
+    counters: dict[str, Iterator[int]] = {}
+
+    def policy(request: Request) -> Reply:
+        users = [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+        latest = next(u for u in reversed(users) if not u.startswith("[agentcontext"))  # not a summary
+        step = next(counters.setdefault(latest, itertools.count()))
+        return Reply(tool_calls=[("run", {"step": step})]) if step < steps else Reply(text="done")
+
+    return policy
+
+
+def assert_fed_its_own_requests(engine: Fed, server: ProviderServer) -> None:
+    """Every usage fed is the bill of the request the report describes: about 1.35 times its count."""
+    assert engine.fed
+    for report, prompt_tokens in engine.fed:
+        # Another thread's bill against this report would be several times off (the threads' sizes differ).
+        assert 1.3 < prompt_tokens / report.tokens_after < 1.4, (prompt_tokens, report.tokens_after)
+    assert {p for _, p in engine.fed} <= {r.tokens for r in server.accepted}
+
+
+STEPS = 30
+WINDOW_BILLED = 8_000
+
+
+@pytest.mark.parametrize("how", ["request", "async", "stream", "state"])
+def test_usage_teaches_a_model_counted_by_estimate_its_real_size_and_every_request_fits(how: str) -> None:
+    """A provider billing 1.35 times agentcontext's estimate: fed back its usage, the engine stays inside the window.
+
+    ``fill=True`` fills the budget at every step, so the estimate's error is all that separates a request
+    from the window. Without usage (an engine whose counter cannot learn) the server rejects the loop.
+    """
+
+    def run(engine: ac.ContextEngine) -> tuple[ProviderServer, Exception | None]:
+        mode = "state" if how == "state" else "request"
+        context = ContextMiddleware(engine, mode=mode, fill=True)
+        model = {"streaming": True, "stream_usage": True} if how == "stream" else {}
+        with ProviderServer(window=WINDOW_BILLED, policy=tool_loop(steps=STEPS), bill=billed) as server:
+            agent = create_agent(
+                chat_model(server, **model),
+                tools=[run_tool(15)],
+                system_prompt=SYSTEM,
+                middleware=[context],
+                checkpointer=InMemorySaver() if mode == "state" else None,
+            )
+            request = {"messages": [{"role": "user", "content": "build"}]}
+            try:
+                if how == "async":
+                    asyncio.run(agent.ainvoke(request, config("t", STEPS)))
+                else:
+                    agent.invoke(request, config("t", STEPS))
+            except openai.BadRequestError as exc:
+                return server, exc
+        return server, None
+
+    # Without feedback: the estimate is 26% under the bill, and a full budget is over the window.
+    blind = ac.ContextEngine(estimated_model(WINDOW_BILLED), counter=ScriptEstimator())
+    server, error = run(blind)
+    assert isinstance(error, openai.BadRequestError) and "maximum context length" in str(error)
+    (rejected,) = server.rejected
+    assert rejected.tokens > WINDOW_BILLED
+
+    engine = Fed(estimated_model(WINDOW_BILLED))  # the default counter: calibrated
+    server, error = run(engine)
+    assert error is None and server.rejected == []
+    assert len(server.requests) == STEPS + 1
+    assert max(r.tokens for r in server.requests) <= engine.budget < WINDOW_BILLED
+    assert max(r.tokens for r in server.requests) > 0.95 * engine.budget  # filled: the margin was not luck
+    assert compactions(engine) >= 3
+    report = engine.fed[-1][0]
+    assert 1.33 < report.correction < 1.37  # learned from the bills
+    assert len(engine.fed) == STEPS + 1  # every call's usage, the last answer's included
+    assert_fed_its_own_requests(engine, server)
+
+
+def test_a_session_records_each_calls_usage_and_its_engine_learns_from_it() -> None:
+    session = Session.from_store(MemoryStore(), engine=ac.ContextEngine(estimated_model(WINDOW_BILLED)))
+    with ProviderServer(window=WINDOW_BILLED, policy=tool_loop(steps=STEPS), bill=billed) as server:
+        agent = usage_agent(server, ContextMiddleware(session=session, recall=False, fill=True))
+        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, STEPS))
+    assert server.rejected == [] and len(server.requests) == STEPS + 1
+    assert max(r.tokens for r in server.requests) <= WINDOW_BILLED
+    totals = session.usage_totals
+    assert totals.calls == STEPS + 1
+    assert totals.prompt_tokens == sum(r.tokens for r in server.requests)  # usage.prompt_tokens, as billed
+    assert totals.completion_tokens == 5 * (STEPS + 1)
+    last = session.last_usage
+    assert last is not None and last.model == "gpt-4o" and last.prompt_tokens == server.requests[-1].tokens
+    assert last.view_len == len(session.view) - 1  # recorded before the final answer was appended
+    assert session.compactions  # the loop outgrew the budget, and the session compacted it
+    assert session.engine is not None and 1.33 < session.engine.counter.correction < 1.37
+
+
+@pytest.mark.parametrize("mode", ["request", "state"])
+def test_concurrent_threads_each_feed_the_report_of_their_own_request(mode: str) -> None:
+    engine = Fed(estimated_model(WINDOW_BILLED))
+    spec = "Build the services listed in this spec. " + "service alpha: compile, link, test. " * 200
+
+    async def both(agent: Any) -> None:
+        await asyncio.gather(
+            agent.ainvoke({"messages": [{"role": "user", "content": spec}]}, config("big", 40)),
+            agent.ainvoke({"messages": [{"role": "user", "content": "build"}]}, config("small", 40)),
+        )
+
+    with ProviderServer(window=WINDOW_BILLED, policy=per_thread_loop(8), bill=billed) as server:
+        agent = usage_agent(server, ContextMiddleware(engine, mode=mode), checkpointer=InMemorySaver())
+        asyncio.run(both(agent))
+    assert server.rejected == [] and len(server.requests) == 18
+    sizes = sorted(r.tokens for r in server.requests)
+    assert sizes[-1] > 3 * sizes[0]  # a bill fed against the other thread's report would show
+    assert len(engine.fed) == 18
+    assert_fed_its_own_requests(engine, server)
+
+
+def test_langgraph_hook_feeds_each_threads_usage_from_the_reply_in_its_history() -> None:
+    engine = Fed(estimated_model(WINDOW_BILLED))
+    tools = [run_tool(15)]
+    spec = "Build the services listed in this spec. " + "service alpha: compile, link, test. " * 200
+    with ProviderServer(window=WINDOW_BILLED, policy=per_thread_loop(6), bill=billed) as server:
+        agent = react_agent(server, engine, tools, checkpointer=InMemorySaver())
+        for turn in range(2):
+            for thread, text in (("big", spec), ("small", "build")):
+                server.policy = per_thread_loop(6)
+                agent.invoke(
+                    {"messages": [{"role": "user", "content": f"{text} {turn}"}]}, config(thread, 20)
+                )
+    assert server.rejected == [] and len(server.requests) == 28
+    # The hook reads a reply's usage at the thread's next step: all but each thread's last answer.
+    assert len(engine.fed) == 28 - 2
+    assert_fed_its_own_requests(engine, server)
+    assert 1.33 < engine.fed[-1][0].correction < 1.37
+
+
+def test_a_call_without_usage_feeds_nothing() -> None:
+    engine = Fed(estimated_model(WINDOW_BILLED))
+    with ProviderServer(window=WINDOW_BILLED, policy=tool_loop(steps=3), bill=lambda body: 0) as server:
+        usage_agent(server, ContextMiddleware(engine)).invoke(
+            {"messages": [{"role": "user", "content": "build"}]}, config(None, 3)
+        )
+    assert len(server.accepted) == 4
+    assert engine.fed == [] and engine.status([]).tokens == 3  # nothing learned: reply priming, uncorrected

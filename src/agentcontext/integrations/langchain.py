@@ -33,6 +33,12 @@ With ``session=`` every message is also appended to an agentcontext `Session`
 (its log keeps every original), the session prepares the requests, and the
 model gets a ``recall`` tool to read back what compaction took out.
 
+After each model call the prompt tokens the provider billed for it (the reply's
+``usage_metadata["input_tokens"]``) are fed back: to the thread's session
+(`Session.record_usage`), or to the engine with the report of the request that was
+sent (`ContextEngine.record_usage`), so an engine counting by estimate (Claude,
+Gemini) learns its correction. A reply without usage is skipped.
+
 The window is the engine's; ``window="profile"`` takes it from the chat model's
 profile (``model.profile["max_input_tokens"]``) instead.
 
@@ -48,11 +54,12 @@ where a filled context compacts again within a step or two.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 
 from .._thresholds import check_fill
 from ..engine import ContextEngine, Engine, EngineState, Prepared
@@ -96,6 +103,19 @@ _DEFAULT_MAX_THREADS = 256
 # ----------------------------------------------------------------------------- per-thread state
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """The preparation of a thread's next model call, kept until that call's usage is read."""
+
+    report: Report
+    engine: Engine
+    session: Session | None
+    given: tuple[int, str | None]
+    """How many messages the preparation was given (system excluded), and the last one's id."""
+    out: tuple[int, str | None]
+    """The same of the messages it returned (what a state-mode compaction wrote into the graph state)."""
+
+
 @dataclass(eq=False)
 class _Thread:
     """What the middleware remembers of one conversation (one LangGraph thread)."""
@@ -116,6 +136,8 @@ class _Thread:
     model: object = None
     basis: tuple[object, ...] | None = None
     """The system message and tools a state-mode `before_model` counted with."""
+    sent: _Sent | None = None
+    """The last preparation whose model call's usage was not read yet (state mode and the LangGraph hook)."""
 
 
 class _Threads:
@@ -186,6 +208,8 @@ class _Result:
     """Without the system message; the input list itself when nothing changed."""
     changed: bool
     prepared: Prepared
+    sent: _Sent | None = None
+    """What the model call's usage is fed against (set by `_Core._finish`)."""
 
 
 class _Core:
@@ -347,8 +371,23 @@ class _Core:
             self.reports.move_to_end(tid)
             while len(self.reports) > self._max_threads:
                 self.reports.popitem(last=False)
-        if plan.session is not None:
-            return self._finish_session(plan, prepared)
+        result = (
+            self._finish_session(plan, prepared)
+            if plan.session is not None
+            else self._convert(plan, prepared)
+        )
+        sent = _Sent(
+            report=prepared.report,
+            engine=plan.engine,
+            session=plan.session,
+            given=_tip(plan.messages),
+            out=_tip(result.messages),
+        )
+        thread.sent = sent
+        return dataclasses.replace(result, sent=sent)
+
+    def _convert(self, plan: _Plan, prepared: Prepared) -> _Result:
+        thread = plan.thread
         ours, out = plan.converted.messages, prepared.messages
         compaction = prepared.compaction
         keep = compaction.keep if compaction is not None else len(ours)
@@ -388,6 +427,51 @@ class _Core:
         # The session keeps the system prompt it began with; the request sends today's.
         return _Result(system=plan.system, messages=converted, changed=True, prepared=prepared)
 
+    # ------------------------------------------------------------------ usage
+
+    def take_sent(self, kind: str, tid: str | None) -> _Sent | None:
+        """The thread's preparation whose model call's usage was not read yet (it is read once)."""
+        thread = self.threads.peek((kind, tid))
+        if thread is None:
+            return None
+        sent, thread.sent = thread.sent, None
+        return sent
+
+    def feed_from_history(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> None:
+        """Feed the usage of the thread's last model call, read from the history that now holds its reply.
+
+        For preparations that never see the response (the LangGraph hook): the reply is
+        the message right after the ones the preparation was given, and only then.
+        """
+        sent = self.take_sent(kind, tid)
+        if sent is None:
+            return
+        n, last = sent.given
+        if len(messages) > n and (n == 0 or messages[n - 1].id == last):
+            self.feed(sent, messages[n])
+
+    @staticmethod
+    def feed(sent: _Sent, reply: object) -> None:
+        """Give the usage ``reply`` reports to the session or engine that prepared its request.
+
+        A reply without usage (the provider sent none, a stream without ``stream_usage``)
+        has nothing to teach: it is skipped.
+        """
+        usage = _usage(reply)
+        if usage is None:
+            return
+        if sent.session is not None:
+            # Before the reply is appended (at the next step's sync), as `Session.record_usage` asks.
+            sent.session.record_usage(
+                prompt_tokens=usage.prompt,
+                completion_tokens=usage.completion,
+                total_tokens=usage.total,
+                cached_tokens=usage.cached,
+                model=usage.model,
+            )
+        else:
+            sent.engine.record_usage(sent.report, usage.prompt)
+
     def sync(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> None:
         """Append to the thread's session what the run added since its last model call (its final answer)."""
         if self._session is None:
@@ -405,6 +489,71 @@ class _Core:
         skip = 1 if plan.system is not None and len(out) and out[0].role == "system" else 0
         plan.thread.written = tuple(m.id for m in out[skip:])
         return list(result.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    prompt: int
+    completion: int | None
+    total: int | None
+    cached: int | None
+    model: str | None
+
+
+def _reply_message(response: object) -> AIMessage | None:
+    """The model's message in what a model-call handler returned (a `ModelResponse`, an `AIMessage`...)."""
+    if isinstance(response, ExtendedModelResponse):
+        response = response.model_response
+    if isinstance(response, ModelResponse):
+        # Its result is the AIMessage, followed by a ToolMessage when structured output used a tool.
+        return next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+    return response if isinstance(response, AIMessage) else None
+
+
+def _usage(reply: object) -> _Usage | None:
+    """What the provider billed for the call ``reply`` answers; None when it reported nothing (or 0)."""
+    message = _reply_message(reply)
+    usage = message.usage_metadata if message is not None else None
+    if not usage:
+        return None
+    # `usage_metadata["input_tokens"]` is this one call's prompt as billed: "the sum of all input
+    # token types" (langchain_core.messages.ai.UsageMetadata), cached ones included, which is what
+    # `record_usage` wants. langchain-openai copies OpenAI's `usage.prompt_tokens` (which counts the
+    # cached prefix; `input_token_details["cache_read"]` is its `prompt_tokens_details.cached_tokens`,
+    # "priority_cache_read" or "flex_cache_read" on those service tiers); langchain-anthropic adds
+    # `cache_read_input_tokens` and `cache_creation_input_tokens` to Anthropic's `input_tokens`.
+    # A streamed ChatOpenAI call has usage only with `stream_usage=True` (the default only for
+    # OpenAI's own base URL); without it there is none, and nothing is fed.
+    prompt = usage.get("input_tokens")
+    if not _count(prompt) or prompt == 0:
+        return None
+    details: Mapping[str, object] = usage.get("input_token_details") or {}
+    cached = next((v for k, v in details.items() if k == "cache_read" or k.endswith("_cache_read")), None)
+    completion, total = usage.get("output_tokens"), usage.get("total_tokens")
+    model = message.response_metadata.get("model_name") if message is not None else None
+    return _Usage(
+        prompt=prompt,
+        completion=completion if _count(completion) else None,
+        total=total if _count(total) else None,
+        cached=cached if _count(cached) else None,
+        model=model if isinstance(model, str) and model else None,
+    )
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tip(messages: Sequence[BaseMessage]) -> tuple[int, str | None]:
+    """How many messages, and the last one's id: enough to know a list still starts with them."""
+    return len(messages), messages[-1].id if messages else None
+
+
+def _sent_for(sent: _Sent | None, request: ModelRequest[Any]) -> _Sent | None:
+    """``sent`` (a state-mode `before_model`'s preparation) when ``request`` carries what it wrote, else None."""
+    if sent is None or sent.out != _tip(request.messages):
+        return None  # another middleware changed the messages since: the usage is not for that preparation
+    return sent
 
 
 def _check_setup(engine: object, session: SessionSource | None, window: str, max_threads: object) -> None:
@@ -665,9 +814,17 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         count this request's system prompt and tools (a thread's first call).
         """
         plan, tid = self._plan_request(request)
+        before = self._core.take_sent("state", tid) if self.mode == "state" else None
         if plan is None:
-            return handler(request)
-        return handler(self._apply(request, self._core.prepare(plan, tid)))
+            response = handler(request)
+            sent = _sent_for(before, request)
+        else:
+            result = self._core.prepare(plan, tid)
+            response = handler(self._apply(request, result))
+            sent = result.sent  # this call's own preparation: no other thread's can be taken for it
+        if sent is not None:
+            self._core.feed(sent, response)
+        return response
 
     async def awrap_model_call(
         self,
@@ -676,9 +833,17 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """`wrap_model_call` for async agents (an async summarizer runs without blocking the loop)."""
         plan, tid = self._plan_request(request)
+        before = self._core.take_sent("state", tid) if self.mode == "state" else None
         if plan is None:
-            return await handler(request)
-        return await handler(self._apply(request, await self._core.aprepare(plan, tid)))
+            response = await handler(request)
+            sent = _sent_for(before, request)
+        else:
+            result = await self._core.aprepare(plan, tid)
+            response = await handler(self._apply(request, result))
+            sent = result.sent  # this call's own preparation: no other thread's can be taken for it
+        if sent is not None:
+            self._core.feed(sent, response)
+        return response
 
     # ------------------------------------------------------------------ state mode
 

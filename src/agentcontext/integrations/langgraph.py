@@ -17,6 +17,10 @@ the messages the model gets this time, prepared by the engine (they fit, a
 provider accepts them, the latest user message is kept), while the graph state
 keeps the full history. The engine keeps one state per ``thread_id``, so a step
 costs O(new messages) and the prompt prefix stays the same between compactions.
+At each step the hook reads the usage the model reported for the thread's
+previous call (the ``usage_metadata`` of the reply now in the history) and feeds
+it back (see `agentcontext.integrations.langchain`); a run's last reply is not
+read until the thread's next step.
 
 ``create_react_agent`` adds its ``prompt`` in front of these messages and sends
 the tools with them; pass the same ``prompt`` and ``tools`` to the hook so they
@@ -94,6 +98,8 @@ def pre_model_hook(
             raise ConfigError("pre_model_hook expects the agent state's 'messages' list")
         tid = ((config or {}).get("configurable") or {}).get("thread_id")
         key = None if tid is None else str(tid)
+        # The hook never sees the model's response; its reply is in the history by the next step.
+        core.feed_from_history("hook", key, messages)
         return core.plan("hook", key, messages, system, tool_list, None), key
 
     def output(result: _Result) -> dict[str, Any]:
