@@ -172,13 +172,22 @@ class ProviderServer:
         policy: answers accepted requests (default: "ok").
         reasoning: Responses replies start with a ``reasoning`` item (with
             ``encrypted_content``) that the reply's other items depend on.
+        bill: the prompt tokens the provider bills for an OpenAI request, from its API
+            (``"openai"`` or ``"responses"``) and body (default: the server's own o200k
+            count); the window check and the reply's ``usage`` both use it.
     """
 
     def __init__(
-        self, *, window: int = 128_000, policy: Policy | None = None, reasoning: bool = False
+        self,
+        *,
+        window: int = 128_000,
+        policy: Policy | None = None,
+        reasoning: bool = False,
+        bill: Callable[[str, dict[str, Any]], int] | None = None,
     ) -> None:
         self.window = window
         self.reasoning = reasoning
+        self.bill = bill
         self.policy: Policy = policy or (lambda _r: Reply(text="ok"))
         self._tied: dict[str, str] = {}  # item id -> the reasoning item it was produced after
         self.requests: list[Request] = []
@@ -280,6 +289,8 @@ class ProviderServer:
 
     def _openai(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_openai(body)
+        if problem is None and self.bill is not None:
+            tokens = self.bill("openai", body)
         limit = (
             self.window - (_int(body, "max_completion_tokens") or _int(body, "max_tokens") or 0)
             if isinstance(body, dict)
@@ -346,6 +357,8 @@ class ProviderServer:
         with self._lock:
             tied = dict(self._tied)
         problem, tokens = check_responses(body, tied=tied)
+        if problem is None and self.bill is not None:
+            tokens = self.bill("responses", body)
         limit = (
             self.window - (_int(body, "max_output_tokens") or 0) if isinstance(body, dict) else self.window
         )
