@@ -172,9 +172,9 @@ class ProviderServer:
         policy: answers accepted requests (default: "ok").
         reasoning: Responses replies start with a ``reasoning`` item (with
             ``encrypted_content``) that the reply's other items depend on.
-        bill: Chat Completions only: the prompt tokens of a valid request body, in place of
-            the tiktoken count, as a model with another tokenizer bills them; the window is
-            judged by them and ``usage.prompt_tokens`` reports them.
+        bill: the prompt tokens the provider bills for an OpenAI request, from its API
+            (``"openai"`` or ``"responses"``) and body (default: the server's own o200k
+            count); the window check and the reply's ``usage`` both use it.
     """
 
     def __init__(
@@ -183,7 +183,7 @@ class ProviderServer:
         window: int = 128_000,
         policy: Policy | None = None,
         reasoning: bool = False,
-        bill: Callable[[dict[str, Any]], int] | None = None,
+        bill: Callable[[str, dict[str, Any]], int] | None = None,
     ) -> None:
         self.window = window
         self.reasoning = reasoning
@@ -290,7 +290,7 @@ class ProviderServer:
     def _openai(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_openai(body)
         if problem is None and self.bill is not None:
-            tokens = self.bill(body)
+            tokens = self.bill("openai", body)
         limit = (
             self.window - (_int(body, "max_completion_tokens") or _int(body, "max_tokens") or 0)
             if isinstance(body, dict)
@@ -357,6 +357,8 @@ class ProviderServer:
         with self._lock:
             tied = dict(self._tied)
         problem, tokens = check_responses(body, tied=tied)
+        if problem is None and self.bill is not None:
+            tokens = self.bill("responses", body)
         limit = (
             self.window - (_int(body, "max_output_tokens") or 0) if isinstance(body, dict) else self.window
         )

@@ -45,6 +45,9 @@ def test_the_documented_code_runs_and_every_call_fits(
     with ProviderServer(window=128_000, policy=tool_loop(steps=3), reasoning=True) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
         exec(compile(blocks[0], str(DOC), "exec"), scope)
+        # UsageHooks logged each call's billed prompt in the session.
+        assert scope["session"].session.usage_totals.prompt_tokens == sum(r.tokens for r in server.requests)
+        assert scope["session"].session.usage_totals.calls == len(server.requests) == 5
         server.policy = tool_loop(steps=2)
         exec(compile(blocks[1], str(DOC), "exec"), scope)
         scope["session"].session.close()

@@ -415,8 +415,9 @@ RATIO = 1.35
 ESTIMATE = ScriptEstimator()
 
 
-def billed(body: dict[str, Any]) -> int:
+def billed(api: str, body: dict[str, Any]) -> int:
     """The prompt tokens a model whose tokenizer makes 1.35 times agentcontext's estimate bills for ``body``."""
+    assert api == "openai"
     messages = openai_format.to_messages(body["messages"])
     return math.ceil(
         RATIO * (ESTIMATE.count_messages(messages) + ESTIMATE.count_tools(body.get("tools") or []))
@@ -588,7 +589,7 @@ def test_langgraph_hook_feeds_each_threads_usage_from_the_reply_in_its_history()
 
 def test_a_call_without_usage_feeds_nothing() -> None:
     engine = Fed(estimated_model(WINDOW_BILLED))
-    with ProviderServer(window=WINDOW_BILLED, policy=tool_loop(steps=3), bill=lambda body: 0) as server:
+    with ProviderServer(window=WINDOW_BILLED, policy=tool_loop(steps=3), bill=lambda api, body: 0) as server:
         usage_agent(server, ContextMiddleware(engine)).invoke(
             {"messages": [{"role": "user", "content": "build"}]}, config(None, 3)
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import subprocess
 import sys
@@ -22,18 +23,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.memory import SessionSettings
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, BadRequestError
 
 import agentcontext as ac
 from _sizes import runs
 from agentcontext.formats import responses
-from agentcontext.integrations.openai_agents import AgentContextSession, call_model_input_filter
+from agentcontext.integrations.openai_agents import AgentContextSession, UsageHooks, call_model_input_filter
 from agentcontext.session import MemoryStore, SQLiteStore
-from providers import ProviderServer, Request, check_responses, tool_loop
+from providers import ProviderServer, Reply, Request, check_responses, tool_loop
 
 set_tracing_disabled(True)
 
@@ -576,3 +585,174 @@ def test_a_bad_fill_is_refused_by_name() -> None:
             ModelInputFilter(engine(), fill=bad)  # type: ignore[arg-type]
         with pytest.raises(ac.ConfigError, match="fill must be"):
             AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()), fill=bad)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- usage fed back
+
+# A model agentcontext counts by estimate (as it does Claude and Gemini) whose provider bills 1.35 times
+# the estimate. The server's bill is computed from the request it receives, with agentcontext's own
+# estimator, so the true ratio is known whatever the request holds.
+BILLED = 1.35
+ESTIMATED = ac.ModelSpec(
+    name="estimated-model",
+    provider="other",
+    context_window=8_000,
+    max_output_tokens=800,
+    tokenizer="estimate",
+)
+ESTIMATED_LIMIT = ESTIMATED.context_window - ESTIMATED.max_output_tokens  # what the server accepts
+_ESTIMATE = ac.ContextEngine(ESTIMATED, counter=ac.ScriptEstimator())  # counts only: never fed
+
+
+def bill(api: str, body: dict[str, Any]) -> int:
+    assert api == "responses"
+    messages = responses.to_messages(body["input"], unknown="keep")
+    counted = _ESTIMATE.count(
+        messages, tools=body.get("tools") or None, instructions=body.get("instructions")
+    )
+    return math.ceil(BILLED * counted)
+
+
+@function_tool
+def read(step: int, lines: int = 25) -> str:
+    """Read a part of the log and return it."""
+    return "".join(
+        f"line {k} of part {step}: lorem ipsum dolor sit amet, consectetur\n" for k in range(lines)
+    )
+
+
+def estimated_agent(client: AsyncOpenAI) -> Agent[Any]:
+    return Agent(
+        name="engineer",
+        instructions=INSTRUCTIONS,
+        tools=[read],
+        model=OpenAIResponsesModel(ESTIMATED.name, client),
+        model_settings=ModelSettings(max_tokens=ESTIMATED.max_output_tokens),
+    )
+
+
+def test_usage_teaches_an_estimated_model_what_its_provider_bills_and_every_call_fits() -> None:
+    """Without usage, the growing run is rejected as too long; with `UsageHooks`, every call fits.
+
+    A one-shot fit (``fill=True``) fills the budget: the estimate's 10% margin cannot absorb a
+    provider that bills 35% more. (The default hysteresis compacts at 70% of the budget, where
+    the margin absorbs up to about 1.5.)
+    """
+    steps = 30
+
+    async def main(server: ProviderServer, hooks: UsageHooks | None) -> AgentContextSession:
+        store = ac.Session.from_store(MemoryStore(), engine=ac.ContextEngine(ESTIMATED))
+        session = AgentContextSession(store, fill=True)
+        server.policy = tool_loop(steps=steps, tool="read")
+        async with client_for(server) as client:
+            result = await Runner.run(
+                estimated_agent(client),
+                "Find why the test fails.",
+                session=session,
+                run_config=session.run_config(),
+                hooks=hooks,
+                max_turns=steps + 5,
+            )
+        assert result.final_output == "done"
+        return session
+
+    # Without feedback: the engine trusts its estimate, and the provider rejects the run once it grows.
+    with ProviderServer(window=ESTIMATED.context_window, bill=bill) as server:
+        with pytest.raises(BadRequestError, match="exceeds the context window"):
+            asyncio.run(main(server, hooks=None))
+        assert server.rejected and all(r.tokens > ESTIMATED_LIMIT for r in server.rejected)
+
+    # With feedback: the correction rises to the provider's ratio and every request fits what it bills.
+    with ProviderServer(window=ESTIMATED.context_window, bill=bill) as server:
+        session = asyncio.run(main(server, hooks=UsageHooks()))
+    assert server.rejected == [] and len(server.requests) == steps + 1
+    assert max(r.tokens for r in server.requests) <= ESTIMATED_LIMIT
+    assert max(r.tokens for r in server.requests) > 0.6 * ESTIMATED_LIMIT  # it did fill the window
+    engine = session.session.engine
+    assert isinstance(engine, ac.ContextEngine) and isinstance(engine.counter, ac.CalibratedCounter)
+    correction = engine.counter.correction
+    assert BILLED - 0.03 <= correction <= BILLED + 0.03
+    # The session logged each call's usage: what the server billed.
+    totals = session.session.usage_totals
+    assert totals.calls == len(server.requests)
+    assert totals.prompt_tokens == sum(r.tokens for r in server.requests)
+    assert totals.completion_tokens == 5 * len(server.requests)
+    last = session.session.last_usage
+    assert (
+        last is not None and last.model == ESTIMATED.name and last.prompt_tokens == server.requests[-1].tokens
+    )
+
+
+class Fed(ac.ContextEngine):
+    """The estimated model's engine, keeping each usage it is fed and the report it came with."""
+
+    def __init__(self) -> None:
+        super().__init__(ESTIMATED)
+        self.fed: list[tuple[ac.Report, int]] = []
+
+    def record_usage(self, report: ac.Report, prompt_tokens: int) -> bool:
+        self.fed.append((report, prompt_tokens))
+        return super().record_usage(report, prompt_tokens)
+
+
+def test_one_filter_serving_concurrent_runs_feeds_each_call_with_its_own_report() -> None:
+    """The engine path: two conversations at once through one filter, one engine and one `UsageHooks`."""
+    e = Fed()
+    config = RunConfig(call_model_input_filter=call_model_input_filter(e))
+    hooks = UsageHooks()
+    sizes = {"Read the small log.": 4, "Read the large log.": 60}  # lines a tool call returns
+    turns: dict[str, int] = {}
+
+    def policy(request: Request) -> Reply:
+        user = request.latest_user_text()
+        turns[user] = turns.get(user, 0) + 1
+        if turns[user] <= 8:
+            return Reply(tool_calls=[("read", {"step": turns[user], "lines": sizes[user]})])
+        return Reply(text="done")
+
+    async def main(server: ProviderServer) -> None:
+        async with client_for(server) as client:
+            a = estimated_agent(client)
+            await asyncio.gather(
+                *(Runner.run(a, user, run_config=config, hooks=hooks, max_turns=12) for user in sizes)
+            )
+            fed = len(e.fed)
+            # A call the filter did not prepare is never fed, though the hooks see it.
+            await Runner.run(a, "Read the small log.", hooks=hooks, max_turns=12)
+            assert len(e.fed) == fed
+
+    with ProviderServer(window=ESTIMATED.context_window, bill=bill, policy=policy) as server:
+        asyncio.run(main(server))
+    assert server.rejected == []
+    filtered = server.requests[: 2 * 9]
+    assert sorted(tokens for _, tokens in e.fed) == sorted(r.tokens for r in filtered)
+    # Each usage came with the report of the request it billed: the provider's ratio, every time,
+    # although at any moment one conversation was several times the other's size.
+    ratios = [tokens / report.tokens_after for report, tokens in e.fed]
+    assert all(abs(ratio - BILLED) < 0.02 for ratio in ratios)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_session_logs_the_usage_of_every_call(api: str, server: ProviderServer, streamed: bool) -> None:
+    """Both model classes, streamed or not: each call's billed prompt is in the session's log."""
+
+    async def main() -> AgentContextSession:
+        session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+        server.policy = tool_loop(steps=4)
+        async with client_for(server) as client:
+            a, config = agent(server, api, client), session.run_config()
+            if streamed:
+                result = Runner.run_streamed(
+                    a, "Fix it.", session=session, run_config=config, hooks=UsageHooks()
+                )
+                async for _ in result.stream_events():
+                    pass
+            else:
+                await Runner.run(a, "Fix it.", session=session, run_config=config, hooks=UsageHooks())
+        return session
+
+    session = asyncio.run(main())
+    assert server.rejected == [] and len(server.requests) == 5
+    usage = [r for r in session.session.records() if type(r).__name__ == "UsageRecord"]
+    assert [r.prompt_tokens for r in usage] == [r.tokens for r in server.requests]  # type: ignore[attr-defined]
+    assert session.session.usage_totals.calls == 5

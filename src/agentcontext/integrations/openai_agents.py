@@ -29,6 +29,13 @@ sessions (or none): it prepares ``ModelInputData.input`` before every model
 call, counting the instructions and the agent's function tools, with one
 `EngineState` per conversation so a step costs O(new items).
 
+`UsageHooks` (``Runner.run(..., hooks=UsageHooks())``) feeds the prompt tokens
+the provider billed for each call the filter prepared back to the engine
+(`ContextEngine.record_usage`, with that call's report) and, with a session, to
+its log (`agentcontext.Session.record_usage`): an engine counting by estimate
+(Claude, Gemini) learns how far off its counts are and fits later calls to
+what the provider bills.
+
 Both take ``fill=True`` (or a share such as ``fill=0.9``) for a one-shot fit:
 compact only when over the budget, and then only to fill it (less a small
 margin), instead of down to the engine's hysteresis target; the report's notes
@@ -49,9 +56,11 @@ import asyncio
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .._report import Report
 from .._thresholds import check_fill
 from ..engine import Engine, EngineState
 from ..exceptions import (
@@ -67,7 +76,7 @@ from ..messages import JSONValue, Message, safe_split_points
 from ..session import Session
 
 try:
-    from agents import FunctionTool, RunConfig
+    from agents import Agent, FunctionTool, ModelResponse, RunConfig, RunContextWrapper, RunHooks
     from agents.memory import SessionSettings
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as e:  # pragma: no cover - exercised without the extra installed
@@ -79,7 +88,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra insta
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
-__all__ = ["AgentContextSession", "ModelInputFilter", "call_model_input_filter"]
+__all__ = ["AgentContextSession", "ModelInputFilter", "UsageHooks", "call_model_input_filter"]
 
 
 _MISSING = object()
@@ -163,6 +172,8 @@ class ModelInputFilter:
         self._key = key
         self._conversations: _LRU[str, _Conversation] = _LRU(max_conversations)
         self._tools: tuple[tuple[FunctionTool, ...], list[dict[str, JSONValue]]] = ((), [])
+        self._session: AgentContextSession | None = None
+        """The session whose conversation this filter fits (set by `AgentContextSession`): usage goes to its log."""
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Prepare ``data.model_data.input`` (the instructions counted, never changed)."""
@@ -178,8 +189,13 @@ class ModelInputFilter:
             fill=self.fill,
         )
         conversation.state = prepared.state
-        fitted = responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
-        return ModelInputData(input=_items_of(fitted), instructions=instructions)
+        fitted = _items_of(
+            responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
+        )
+        # What this task is about to send, for `UsageHooks` (the SDK calls the filter, the model and
+        # the hooks in the run's own task, so concurrent runs never see each other's requests).
+        _SENT.set(_Sent(owner=self, report=prepared.report, items=list(fitted)))
+        return ModelInputData(input=fitted, instructions=instructions)
 
     def _conversation(self, data: CallModelData[Any], items: list[TResponseInputItem]) -> _Conversation:
         key = self._key(data) if self._key is not None else (canonical_json(items[0]) if items else "")
@@ -225,6 +241,30 @@ class ModelInputFilter:
             self._tools = (tools, definitions)
         return definitions
 
+    async def _record_usage(self, report: Report, response: ModelResponse, model: str | None) -> None:
+        """Feed what the provider billed for the request ``report`` describes (see `UsageHooks`)."""
+        # ModelResponse.usage is this one call's `agents.Usage` (retries included: its input_tokens
+        # are the successful attempt's). input_tokens is what the provider billed for the whole
+        # prompt (instructions, tools and input): the Responses API's usage.input_tokens, Chat
+        # Completions' usage.prompt_tokens (the SDK's OpenAIChatCompletionsModel and LitellmModel
+        # copy it there), and cached tokens are a part of it (input_tokens_details.cached_tokens),
+        # not an addition. A provider that sent no usage leaves it 0: nothing to learn.
+        usage = response.usage
+        prompt = usage.input_tokens
+        if isinstance(prompt, bool) or not isinstance(prompt, int) or prompt <= 0:
+            return
+        session = self._session
+        if session is not None:
+            cached = getattr(usage.input_tokens_details, "cached_tokens", None)
+            await session._record_usage(
+                prompt,
+                completion_tokens=usage.output_tokens or None,
+                total_tokens=usage.total_tokens or None,
+                cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
+                model=model,
+            )
+        self.engine.record_usage(report, prompt)
+
 
 def call_model_input_filter(
     engine: Engine,
@@ -257,6 +297,78 @@ def call_model_input_filter(
     >>> run_config = RunConfig(call_model_input_filter=call_model_input_filter(engine))  # doctest: +SKIP
     """
     return ModelInputFilter(engine, key=key, max_conversations=max_conversations, fill=fill)
+
+
+# ----------------------------------------------------------------------------- usage
+
+
+@dataclass(eq=False)
+class _Sent:
+    """A request the filter prepared, waiting for the usage of the model call that sends it."""
+
+    owner: ModelInputFilter
+    report: Report
+    items: list[TResponseInputItem]
+    """The input the filter returned (its objects: `UsageHooks` recognises the request by them)."""
+    armed: bool = False
+    """``on_llm_start`` saw this input go out, and its ``on_llm_end`` has not come yet."""
+
+
+_SENT: ContextVar[_Sent | None] = ContextVar("agentcontext_openai_agents_sent", default=None)
+
+
+def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class UsageHooks(RunHooks[Any]):
+    """``RunHooks`` that feed each model call's usage back to the filter's engine (and session).
+
+    Pass it to ``Runner.run(..., hooks=UsageHooks())`` (or ``run_streamed``) with
+    `AgentContextSession.run_config` or a `call_model_input_filter`. After every
+    model call whose input the filter prepared, the prompt tokens the provider
+    billed go to ``engine.record_usage`` with the report of that very request,
+    and, with an `AgentContextSession`, to the session's log
+    (`agentcontext.Session.record_usage`: ``usage_totals``, ``last_usage``). An
+    engine counting by estimate (the default for Claude and Gemini models) learns
+    the ratio and scales its budget by it (`Report.correction`), so later calls
+    fit what the provider bills rather than the estimate. A call the filter did
+    not prepare, or a response without usage, is skipped. With hooks of your own,
+    subclass this class and call ``super()`` in ``on_llm_start`` and ``on_llm_end``.
+    """
+
+    # Why run hooks: in SDK 0.20 the filter gets ``context_wrapper.context`` (the user's
+    # context), not the RunContextWrapper whose usage.request_usage_entries grow per call, and
+    # a Session is only told of items, after the turn; on_llm_start/on_llm_end are the only
+    # callbacks around each model call, streamed or not, and on_llm_end gets that call's usage.
+    # The filter, the model call and the hooks run in the run's own task, so the request the
+    # filter sent is found in a context variable: never another run's or another conversation's.
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],  # noqa: ARG002
+        agent: Agent[Any],  # noqa: ARG002
+        system_prompt: str | None,  # noqa: ARG002
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        """Arm the request the filter prepared when it is the one going out (the same item objects)."""
+        sent = _SENT.get()
+        if sent is not None:
+            sent.armed = _same_items(sent.items, input_items)
+
+    async def on_llm_end(
+        self,
+        context: RunContextWrapper[Any],  # noqa: ARG002
+        agent: Agent[Any],
+        response: ModelResponse,
+    ) -> None:
+        """Feed the call's usage back, once, when the filter prepared its input."""
+        sent = _SENT.get()
+        if sent is None or not sent.armed:
+            return
+        sent.armed = False
+        model = agent.model if isinstance(agent.model, str) else getattr(agent.model, "model", None)
+        await sent.owner._record_usage(sent.report, response, model if isinstance(model, str) else None)
 
 
 # ----------------------------------------------------------------------------- the session
@@ -297,6 +409,7 @@ class AgentContextSession:
         self._filter = ModelInputFilter(
             engine, key=lambda _data: self.session_id, max_conversations=1, fill=fill
         )
+        self._filter._session = self
         self.fill = self._filter.fill
         self._cache: MutableMapping[str, str] = _LRU(4096)
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -382,6 +495,33 @@ class AgentContextSession:
                 "run_config() sets call_model_input_filter itself; build RunConfig yourself to replace it"
             )
         return RunConfig(call_model_input_filter=self._filter, **options)
+
+    async def _record_usage(
+        self,
+        prompt_tokens: int,
+        *,
+        completion_tokens: int | None,
+        total_tokens: int | None,
+        cached_tokens: int | None,
+        model: str | None,
+    ) -> None:
+        """Log a model call's usage (`UsageHooks`; the engine is fed the call's own report by the filter)."""
+        async with self._lock():
+            session = self.session
+            # The session's last prepare is get_items' at the start of the run, not this request
+            # (the filter prepared that: the view plus the run's new items, the instructions and
+            # the tools). Forget it so the session neither feeds the engine that report nor takes
+            # the usage to cover its shorter view: the prompt was the whole view, as it is now
+            # (the SDK saves the input before the first call and a turn's items after its call).
+            session._last_report = None
+            session._prepared_len = None
+            session.record_usage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=total_tokens,
+                cached_tokens=cached_tokens,
+                model=model,
+            )
 
     # ------------------------------------------------------------------ bookkeeping
 
