@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from _sizes import examples
 from agentcontext import ContextEngine, Session
-from agentcontext.exceptions import UsageError
+from agentcontext.exceptions import ConfigError, UsageError
 from agentcontext.messages import Message
 from agentcontext.models import ModelSpec
 from agentcontext.testing import make_conversation
@@ -175,3 +175,19 @@ def test_a_usage_too_small_to_judge_by_is_skipped_and_bad_usage_is_refused() -> 
         engine.record_usage(prepared.report, -3)
     with pytest.raises(UsageError, match="prompt_tokens must be an int >= 0, got '120'"):
         engine.record_usage(prepared.report, "120")  # type: ignore[arg-type]
+
+
+def test_usage_for_a_request_the_session_did_not_prepare_teaches_that_request(tmp_path: Path) -> None:
+    # An adapter that prepares the view plus a run's new input with the engine itself says which request
+    # the usage is for: the engine learns from that report, not from the session's own last prepare.
+    counter = CalibratedCounter(TiktokenCounter("o200k_base"))
+    engine = ContextEngine(counter=counter, window=32_000, reserve=2_000)
+    with Session.open(tmp_path / "run.jsonl", engine=engine) as session:
+        session.append(Message(role="user", content=_words(3, 120)))
+        session.prepare()  # the session's own, smaller request
+        sent = engine.prepare([*session.view, Message(role="user", content=_words(5, 400))], tools=TOOLS)
+        session.record_usage(prompt_tokens=sent.report.tokens_after, report=sent.report)
+        assert counter.correction == 1.0  # judged against the request sent: exact
+        assert session.last_usage is not None and session.last_usage.view_len == len(session.view)
+        with pytest.raises(ConfigError, match="report must be the Report of the request sent, got dict"):
+            session.record_usage(prompt_tokens=10, report={"tokens_after": 10})  # type: ignore[arg-type]

@@ -254,16 +254,18 @@ class ModelInputFilter:
         if isinstance(prompt, bool) or not isinstance(prompt, int) or prompt <= 0:
             return
         session = self._session
-        if session is not None:
-            cached = getattr(usage.input_tokens_details, "cached_tokens", None)
-            await session._record_usage(
-                prompt,
-                completion_tokens=usage.output_tokens or None,
-                total_tokens=usage.total_tokens or None,
-                cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
-                model=model,
-            )
-        self.engine.record_usage(report, prompt)
+        if session is None:
+            self.engine.record_usage(report, prompt)
+            return
+        cached = getattr(usage.input_tokens_details, "cached_tokens", None)
+        await session._record_usage(
+            prompt,
+            completion_tokens=usage.output_tokens or None,
+            total_tokens=usage.total_tokens or None,
+            cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
+            model=model,
+            report=report,
+        )
 
 
 def call_model_input_filter(
@@ -504,18 +506,16 @@ class AgentContextSession:
         total_tokens: int | None,
         cached_tokens: int | None,
         model: str | None,
+        report: Report,
     ) -> None:
-        """Log a model call's usage (`UsageHooks`; the engine is fed the call's own report by the filter)."""
+        """Log a model call's usage, and feed the engine with the report of the request the filter sent."""
         async with self._lock():
-            session = self.session
             # The session's last prepare is get_items' at the start of the run, not this request
             # (the filter prepared that: the view plus the run's new items, the instructions and
-            # the tools). Forget it so the session neither feeds the engine that report nor takes
-            # the usage to cover its shorter view: the prompt was the whole view, as it is now
-            # (the SDK saves the input before the first call and a turn's items after its call).
-            session._last_report = None
-            session._prepared_len = None
-            session.record_usage(
+            # the tools): `report=` says which request it was, and the prompt was the whole view,
+            # as it is now (the SDK saves the input before the first call and a turn's items after it).
+            self.session.record_usage(
+                report=report,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 total_tokens=total_tokens,

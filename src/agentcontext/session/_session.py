@@ -661,6 +661,7 @@ class Session:
         total_tokens: int | None = None,
         cached_tokens: int | None = None,
         model: str | None = None,
+        report: Report | None = None,
     ) -> None:
         """Record the usage a provider reported for the last model call.
 
@@ -672,9 +673,18 @@ class Session:
         an engine counting by estimate corrects its counts with it) when this usage
         is the reply to the session's last `prepare`.
 
+        Args:
+            report: the `Report` of the request this usage is for, when the session's
+                own `prepare` did not make it (an adapter that prepared the view and the
+                run's new input with the engine itself). The engine learns from it
+                instead of from the last `prepare`, and the prompt is taken to be the
+                whole view now.
+
         Raises:
-            ConfigError: a token count is negative or not an int.
+            ConfigError: a token count is negative or not an int, or ``report`` is not a `Report`.
         """
+        if report is not None and not isinstance(report, Report):
+            raise ConfigError(f"report must be the Report of the request sent, got {type(report).__name__}")
         for name, value in (
             ("prompt_tokens", prompt_tokens),
             ("completion_tokens", completion_tokens),
@@ -687,8 +697,9 @@ class Session:
                 raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
         with self._log.lock:
             self._log.check_writable()
-            covered = self._prepared_len if self._prepared_len is not None else self._log.view.length
-            covered = min(covered, self._log.view.length)
+            covered = self._log.view.length
+            if report is None and self._prepared_len is not None:
+                covered = min(self._prepared_len, covered)
             (seq,) = self._log.next_seqs()
             self._log.commit(
                 [
@@ -704,9 +715,9 @@ class Session:
                     )
                 ]
             )
-            report, self._last_report = self._last_report, None
-            if report is not None and self._engine is not None:
-                self._engine.record_usage(report, prompt_tokens)
+            sent, self._last_report = report or self._last_report, None
+            if sent is not None and self._engine is not None:
+                self._engine.record_usage(sent, prompt_tokens)
 
     @property
     def tokens(self) -> int:
