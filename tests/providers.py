@@ -172,12 +172,21 @@ class ProviderServer:
         policy: answers accepted requests (default: "ok").
         reasoning: Responses replies start with a ``reasoning`` item (with
             ``encrypted_content``) that the reply's other items depend on.
+        bill: the prompt tokens of a Chat Completions or Messages request body, for a
+            provider that counts otherwise than tiktoken: they are what ``usage``
+            reports and what the window is checked against (default: the tiktoken count).
     """
 
     def __init__(
-        self, *, window: int = 128_000, policy: Policy | None = None, reasoning: bool = False
+        self,
+        *,
+        window: int = 128_000,
+        policy: Policy | None = None,
+        reasoning: bool = False,
+        bill: Callable[[dict[str, Any]], int] | None = None,
     ) -> None:
         self.window = window
+        self.bill = bill
         self.reasoning = reasoning
         self.policy: Policy = policy or (lambda _r: Reply(text="ok"))
         self._tied: dict[str, str] = {}  # item id -> the reasoning item it was produced after
@@ -280,6 +289,8 @@ class ProviderServer:
 
     def _openai(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_openai(body)
+        if problem is None and self.bill is not None:
+            tokens = self.bill(body)
         limit = (
             self.window - (_int(body, "max_completion_tokens") or _int(body, "max_tokens") or 0)
             if isinstance(body, dict)
@@ -431,6 +442,8 @@ class ProviderServer:
 
     def _anthropic(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_anthropic(body)
+        if problem is None and self.bill is not None:
+            tokens = self.bill(body)
         limit = self.window - (_int(body, "max_tokens") or 0) if isinstance(body, dict) else self.window
         if problem is None and tokens > limit:
             problem = f"prompt is too long: {tokens} tokens > {limit} maximum"
