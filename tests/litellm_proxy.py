@@ -78,19 +78,24 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def start_proxy(config: dict[str, Any], directory: Path) -> Iterator[Proxy]:
-    """A litellm proxy process running ``config`` with examples/litellm's hook file, in ``directory``."""
-    with start_proxies([(config, directory)]) as (proxy,):
+def start_proxy(config: dict[str, Any], directory: Path, hook: str | None = None) -> Iterator[Proxy]:
+    """A litellm proxy process running ``config`` with examples/litellm's hook file (or ``hook``), in ``directory``."""
+    with start_proxies([(config, directory)], hooks=[hook]) as (proxy,):
         yield proxy
 
 
 @contextlib.contextmanager
-def start_proxies(setups: list[tuple[dict[str, Any], Path]]) -> Iterator[tuple[Proxy, ...]]:
-    """Proxy processes for ``(config, directory)`` pairs, started side by side (each takes seconds to start)."""
+def start_proxies(
+    setups: list[tuple[dict[str, Any], Path]], hooks: list[str | None] | None = None
+) -> Iterator[tuple[Proxy, ...]]:
+    """Proxy processes for ``(config, directory)`` pairs, started side by side (each takes seconds to start).
+
+    ``hooks`` gives each its ``agentcontext_hook.py`` source (None: examples/litellm's).
+    """
     launched: list[Proxy] = []
     try:
-        for config, directory in setups:
-            launched.append(_launch(config, directory))
+        for (config, directory), hook in zip(setups, hooks or [None] * len(setups), strict=True):
+            launched.append(_launch(config, directory, hook))
         for proxy in launched:
             _wait_until_up(proxy)
         yield tuple(launched)
@@ -105,9 +110,12 @@ def start_proxies(setups: list[tuple[dict[str, Any], Path]]) -> Iterator[tuple[P
                 proxy.process.wait()
 
 
-def _launch(config: dict[str, Any], directory: Path) -> Proxy:
+def _launch(config: dict[str, Any], directory: Path, hook: str | None = None) -> Proxy:
     directory.mkdir(parents=True, exist_ok=True)
-    shutil.copy(EXAMPLE / "agentcontext_hook.py", directory / "agentcontext_hook.py")
+    if hook is None:
+        shutil.copy(EXAMPLE / "agentcontext_hook.py", directory / "agentcontext_hook.py")
+    else:
+        (directory / "agentcontext_hook.py").write_text(hook)
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     env = {

@@ -172,9 +172,10 @@ class ProviderServer:
         policy: answers accepted requests (default: "ok").
         reasoning: Responses replies start with a ``reasoning`` item (with
             ``encrypted_content``) that the reply's other items depend on.
-        bill: the prompt tokens the provider bills for an OpenAI request, from its API
-            (``"openai"`` or ``"responses"``) and body (default: the server's own o200k
-            count); the window check and the reply's ``usage`` both use it.
+        bill: the prompt tokens the provider bills for a request, from its API (``"openai"``,
+            ``"responses"`` or ``"anthropic"``) and body (default: the server's own o200k
+            count), as a model with another tokenizer bills them; the window check and the
+            reply's ``usage`` both use it.
     """
 
     def __init__(
@@ -445,6 +446,8 @@ class ProviderServer:
     def _anthropic(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_anthropic(body)
         limit = self.window - (_int(body, "max_tokens") or 0) if isinstance(body, dict) else self.window
+        if problem is None and self.bill is not None:
+            tokens = self.bill("anthropic", body)
         if problem is None and tokens > limit:
             problem = f"prompt is too long: {tokens} tokens > {limit} maximum"
         request = Request(

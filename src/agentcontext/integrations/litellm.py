@@ -22,8 +22,18 @@ request: it fits, every tool result follows its call, the system prompt (or
 ``instructions``) and the latest request are kept, and a message the engine did
 not change goes out exactly as it came (``cache_control`` breakpoints, Anthropic
 ``thinking`` blocks, Chat Completions file and audio parts included). When nothing needs compacting the request is
-forwarded untouched. Responses, streamed or not, pass through: the hook only
-reads requests.
+forwarded untouched. Responses, streamed or not, pass through unchanged: the hook
+only reads their usage.
+
+**Usage.** After each call the hook feeds the prompt tokens the response reports
+(``async_post_call_success_hook`` for a reply, the success log event for a stream)
+to the engine, against the `Report` of the request it prepared (tied by LiteLLM's
+call id, per request: conversations in flight at once never mix), or, with
+``sessions``, through `Session.record_usage` when it answers the session's latest
+prepare. An engine counting by estimate learns its provider's correction from it
+(`ContextEngine.record_usage`). A response without usage (or with 0), a Chat
+Completions stream that did not ask the provider for usage, and a request the hook
+did not prepare teach nothing.
 
 **Window and reserve.** Per model group (the ``model`` a client asks for), the
 window is, in this order: ``window=`` given to the hook, the group's
@@ -109,6 +119,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlencode
 
+from .._report import Report
 from .._thresholds import check_fill
 from ..compaction import MessageKind, kind_of, original_id
 from ..engine import ContextEngine, Engine, EngineState, Prepared
@@ -128,7 +139,7 @@ from ..formats import openai as oai
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
 from ..models import ModelSpec, get
-from ..tokens import counter_for_tokenizer
+from ..tokens import CalibratedCounter, counter_for_tokenizer
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -230,6 +241,94 @@ class _Conversation:
     """Held by the request being fitted."""
 
 
+@dataclass(eq=False)
+class _Sent:
+    """A request the hook prepared, awaiting its response's usage."""
+
+    engine: Engine
+    report: Report
+    """The report of the request as prepared: what its usage is fed against."""
+    opened: _Open | None = None
+    """The session it was prepared through."""
+    turn: int = 0
+    """The session's prepare count with this request's prepare."""
+    api: Api = "chat"
+    stream_usage: bool = True
+    """Whether a stream of this request reports the provider's usage."""
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """What a response's usage says of the request: the prompt tokens billed, and the rest when given."""
+
+    prompt: int
+    completion: int | None
+    cached: int | None
+    model: str | None
+
+
+def _call_id(data: object) -> str | None:
+    """The LiteLLM call id of a request (the proxy sets it before the pre-call hook)."""
+    if not isinstance(data, Mapping):
+        return None
+    value = data.get("litellm_call_id") or getattr(data.get("litellm_logging_obj"), "litellm_call_id", None)
+    return value if isinstance(value, str) and value else None
+
+
+def _get(obj: object, name: str) -> object:
+    """A field of a response part, whether LiteLLM hands it over as an object or a dict."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _tokens(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage_of(api: Api, response: object) -> _Usage | None:
+    """The usage a response reports for its prompt; None when it reports none (or zero).
+
+    The prompt tokens billed, per route (LiteLLM 1.106):
+
+    * Chat Completions: ``usage.prompt_tokens`` of LiteLLM's ``Usage``. It already holds
+      cached tokens: OpenAI counts them in it (``prompt_tokens_details.cached_tokens`` is a
+      part of it), and LiteLLM's Anthropic transformation adds ``cache_read_input_tokens``
+      and ``cache_creation_input_tokens`` to Anthropic's ``input_tokens`` to make it.
+    * Messages (``/v1/messages``): Anthropic's ``usage.input_tokens`` counts only what
+      follows the last cache breakpoint, so the prompt is it plus ``cache_read_input_tokens``
+      and ``cache_creation_input_tokens``.
+    * Responses: ``usage.input_tokens``, cached tokens included
+      (``input_tokens_details.cached_tokens`` is a part of it).
+
+    A stream's assembled response can come in LiteLLM's Chat Completions shape on any
+    route: ``prompt_tokens`` is read when the route's own field is missing.
+    """
+    usage = _get(response, "usage")
+    if usage is None:
+        return None
+    model = _get(response, "model")
+    shown = model if isinstance(model, str) and model else None
+    inputs = _tokens(_get(usage, "input_tokens")) if api != "chat" else None
+    if inputs is not None:
+        if api == "anthropic":
+            reads = _tokens(_get(usage, "cache_read_input_tokens"))
+            writes = _tokens(_get(usage, "cache_creation_input_tokens")) or 0
+            prompt, cached = inputs + (reads or 0) + writes, reads
+        else:
+            prompt, cached = inputs, _tokens(_get(_get(usage, "input_tokens_details"), "cached_tokens"))
+        completion = _tokens(_get(usage, "output_tokens"))
+    else:
+        billed = _tokens(_get(usage, "prompt_tokens"))
+        if billed is None:
+            return None
+        prompt, completion = billed, _tokens(_get(usage, "completion_tokens"))
+        cached = _tokens(_get(_get(usage, "prompt_tokens_details"), "cached_tokens"))
+    if prompt == 0:
+        return None
+    return _Usage(prompt=prompt, completion=completion, cached=cached, model=shown)
+
+
 @dataclass(frozen=True)
 class _Model:
     """What the hook knows of a model group: its window, and how to count its tokens."""
@@ -304,6 +403,8 @@ class ContextHook(CustomLogger):
         self._engines: _LRU[tuple[str, int, int], Engine] = _LRU(64)
         self._conversations: _LRU[tuple[int, str], _Conversation] = _LRU(max_conversations)
         self._tools: _LRU[str, list[Mapping[str, JSONValue]]] = _LRU(64)
+        # The requests prepared and not yet answered, by LiteLLM call id: what their usage is fed against.
+        self._sent: _LRU[str, _Sent | None] = _LRU(4096)
 
     async def async_pre_call_hook(  # LiteLLM calls it with these keywords
         self,
@@ -328,6 +429,45 @@ class ContextHook(CustomLogger):
                 "agentcontext: %s request forwarded unchanged: %s: %s", _ROUTES[api], type(e).__name__, e
             )
         return data
+
+    async def async_post_call_success_hook(  # LiteLLM calls it with these keywords
+        self,
+        data: dict[str, Any],
+        user_api_key_dict: Any,  # noqa: ARG002
+        response: Any,
+    ) -> None:
+        """Learn from the usage of a response to a request the hook prepared (LiteLLM's post-call hook).
+
+        The proxy awaits it before it answers a request that is not streamed; the response
+        passes through unchanged. Never raises.
+        """
+        await self._answered(_call_id(data), response, final=False)
+
+    async def async_log_success_event(
+        self,
+        kwargs: Any,
+        response_obj: Any,
+        start_time: Any,  # noqa: ARG002
+        end_time: Any,  # noqa: ARG002
+    ) -> None:
+        """The same, from LiteLLM's success logging: the only event that sees a stream's usage. Never raises."""
+        call_id = kwargs.get("litellm_call_id") if isinstance(kwargs, Mapping) else None
+        stream = isinstance(kwargs, Mapping) and kwargs.get("stream") is True
+        await self._answered(
+            call_id if isinstance(call_id, str) else None, response_obj, final=True, stream=stream
+        )
+
+    async def async_post_call_failure_hook(  # LiteLLM calls it with these keywords
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,  # noqa: ARG002
+        user_api_key_dict: Any,  # noqa: ARG002
+        traceback_str: str | None = None,  # noqa: ARG002
+    ) -> None:
+        """Forget a failed request: no usage comes for it."""
+        call_id = _call_id(request_data)
+        if call_id is not None:
+            self._sent.pop(call_id, None)
 
     def close(self) -> None:
         """Close the sessions the hook holds open (a later request opens its session again)."""
@@ -354,7 +494,11 @@ class ContextHook(CustomLogger):
             tools = self._tool_definitions(data.get("tools"))
             out: Sequence[Message] | None = None
             if self.sessions is not None:
-                out = await self._session_prepare(api, name, engine, messages, tools, instructions, fill)
+                through = await self._session_prepare(api, name, engine, messages, tools, instructions, fill)
+                if through is not None:
+                    prepared, opened = through
+                    out = prepared.messages
+                    self._expect(api, data, _Sent(engine, prepared.report, opened, opened.prepares))
             if out is None:
                 state = conversation.state
                 try:
@@ -372,6 +516,7 @@ class ContextHook(CustomLogger):
                     raise _Skip(f"{type(e).__name__}: {e}") from None
                 conversation.state = prepared.state
                 out = prepared.messages
+                self._expect(api, data, _Sent(engine, prepared.report))
                 if prepared.compaction is None and len(out) == len(messages):
                     return  # the input, unchanged: send the request as it came
             elif len(out) == len(messages) and all(a.id == b.id for a, b in zip(out, messages, strict=True)):
@@ -391,6 +536,74 @@ class ContextHook(CustomLogger):
         else:
             data["input"] = responses.from_messages(fitted, validate=False, cache=conversation.cache)
 
+    # ------------------------------------------------------------------ usage
+
+    def _expect(self, api: Api, data: Mapping[str, Any], sent: _Sent) -> None:
+        """Remember the request ``data`` as prepared, by its LiteLLM call id, for its response's usage."""
+        call_id = _call_id(data)
+        if call_id is None:
+            return
+        sent.api = api
+        options = data.get("stream_options")
+        # A Chat Completions stream reports usage only when asked (the proxy asks for it itself when the
+        # deployment supports stream_options); unasked, LiteLLM counts the prompt with its own tokenizer,
+        # which is no provider's bill. The Messages and Responses protocols report usage in every stream.
+        sent.stream_usage = api != "chat" or (
+            isinstance(options, Mapping) and options.get("include_usage") is True
+        )
+        # A client that sends one call id twice gets no usage fed for it: the two cannot be told apart.
+        self._sent[call_id] = sent if call_id not in self._sent else None
+
+    async def _answered(
+        self, call_id: str | None, response: object, *, final: bool, stream: bool = False
+    ) -> None:
+        """Feed ``response``'s usage against the request the hook prepared under ``call_id``, once."""
+        if call_id is None or call_id not in self._sent:
+            return
+        sent = self._sent[call_id]
+        usage = _usage_of(sent.api, response) if sent is not None else None
+        if usage is None and not final:
+            return  # a stream's response: its usage comes with the logging event
+        del self._sent[call_id]
+        if sent is None or usage is None or (stream and not sent.stream_usage):
+            return  # nothing the provider billed for this request (none reported, or zero)
+        try:
+            if sent.opened is not None and await self._session_usage(sent, usage):
+                return
+            sent.engine.record_usage(sent.report, usage.prompt)
+        except Exception as e:  # learning must not fail a response
+            logger.warning("agentcontext: usage of %s not recorded: %s: %s", call_id, type(e).__name__, e)
+
+    async def _session_usage(self, sent: _Sent, usage: _Usage) -> bool:
+        """Log ``usage`` on the session of the request, when it answers the session's latest prepare.
+
+        The session gives its engine its last prepare's report (`Session.record_usage`): after a
+        later request of the conversation was prepared, the usage is the engine's alone (False).
+        """
+        opened = sent.opened
+        assert opened is not None
+        async with opened.lock:
+            if opened.prepares != sent.turn or opened.session.engine is not sent.engine:
+                return False
+            try:
+                await asyncio.to_thread(
+                    opened.session.record_usage,
+                    prompt_tokens=usage.prompt,
+                    completion_tokens=usage.completion,
+                    cached_tokens=usage.cached,
+                    model=usage.model,
+                )
+            except AgentContextError as e:  # a store that failed: the engine still learns (below)
+                logger.warning(
+                    "agentcontext: usage not logged on session %s: %s: %s",
+                    opened.session.location,
+                    type(e).__name__,
+                    e,
+                )
+                return False
+            opened.prepares += 1  # logged: a second usage for this prepare would be the engine's alone
+        return True
+
     # ------------------------------------------------------------------ the session
 
     async def _session_prepare(
@@ -402,8 +615,8 @@ class ContextHook(CustomLogger):
         tools: list[Mapping[str, JSONValue]] | None,
         instructions: str | None,
         fill: bool | float,
-    ) -> Sequence[Message] | None:
-        """The messages to send, prepared through the conversation's session; None: fit in memory instead.
+    ) -> tuple[Prepared, _Open] | None:
+        """The request prepared through the conversation's session, and the session; None: fit in memory instead.
 
         Store failures are logged (one line) and answered with None; the engine's own
         errors (the request cannot fit) are `_Skip`, as without sessions.
@@ -419,6 +632,7 @@ class ContextHook(CustomLogger):
                 prepared = await asyncio.to_thread(
                     _sync_and_prepare, opened, messages, tools, instructions, fill
                 )
+                opened.prepares += 1
         except AgentContextError as e:
             if not isinstance(e, StoreError):
                 raise _Skip(f"{type(e).__name__}: {e}") from None
@@ -440,7 +654,7 @@ class ContextHook(CustomLogger):
                 then,
             )
             return None
-        return prepared.messages
+        return prepared, opened
 
     async def _open(self, place: _SessionPlace, name: str, engine: Engine) -> _Open:
         """The conversation's open session, with ``engine`` (opened, or reopened when it has another)."""
@@ -704,6 +918,8 @@ class _Open:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stand_ins: tuple[int, dict[str, str]] = (0, {})
     """(compactions read, {replacement id: id of the message it stands for})."""
+    prepares: int = 0
+    """Requests prepared through the session: a usage is the session's own only for its latest."""
 
 
 def _close(opened: _Open) -> None:
@@ -883,7 +1099,10 @@ def _fill_value(raw: object, where: str) -> bool | float:
 def _default_engine(spec: ModelSpec | None, window: int, reserve: int) -> Engine:
     if spec is not None:
         return ContextEngine(spec, window=window, reserve=reserve)
-    return ContextEngine(window=window, reserve=reserve, counter=counter_for_tokenizer("estimate"))
+    # Counted by estimate: the engine learns the model's correction from the usage the hook feeds it.
+    return ContextEngine(
+        window=window, reserve=reserve, counter=CalibratedCounter(counter_for_tokenizer("estimate"))
+    )
 
 
 def _header(data: Mapping[str, Any], name: str) -> str | None:
