@@ -212,7 +212,9 @@ def test_clear_tool_uses_refires_every_call_with_a_checkpointer_and_ours_persist
         )
         agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("t", steps))
         assert server.rejected == []
-        assert 1 <= compactions(engine) <= steps // 4
+        # Each step adds a fifth of the budget, and a compaction keeps the newest step verbatim (the
+        # output the model just asked for): one every third or fourth step, each persisted once.
+        assert 1 <= compactions(engine) <= steps // 3
         assert prefix_breaks(server) <= compactions(engine)
         stored = agent.get_state(config("t", 1)).values["messages"]
         assert any(

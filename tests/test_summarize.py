@@ -793,3 +793,27 @@ def test_the_engine_deadline_stops_asking_for_summaries(monkeypatch: pytest.Monk
     reasons = [a.fallback for a in prepared.report.actions if a.kind == "fallback"]
     assert FallbackReason.TIMEOUT in reasons
     assert prepared.report.tokens_after <= engine.budget  # hard truncation still guarantees the fit
+
+
+@pytest.mark.parametrize("level", [Level.NORMAL, Level.AGGRESSIVE])
+def test_the_newest_tool_output_stays_verbatim_when_it_alone_is_over_the_kept_share(level: Level) -> None:
+    # An agent's run: one task, then steps whose outputs are each a third of the conversation, so no
+    # split keeps the newest share (30%, or 20% when aggressive) and at least one step. The result of
+    # the call the model just made was summarized with the rest; it is what the model reads next, and
+    # the target has room for it.
+    msgs = [
+        Message(role="system", content="You run commands."),
+        Message(role="user", content="Find the failing step."),
+    ]
+    for step in range(3):
+        call = ToolCall(id=f"c{step}", name="run", arguments=json.dumps({"step": step}))
+        msgs.append(Message(role="assistant", content="", tool_calls=(call,)))
+        msgs.append(
+            Message(role="tool", tool_call_id=call.id, content=f"step {step} " + "output line " * 300)
+        )
+    engine = ContextEngine(counter=COUNTER, window=2_800, reserve=300)
+    prepared = engine.must_fit(msgs) if level == Level.AGGRESSIVE else engine.prepare(msgs)
+    assert prepared.report.final_level == level and prepared.report.compacted
+    assert prepared.messages[-2:] == msgs[-2:]  # the newest call and its output, as they were
+    assert prepared.report.tokens_after <= prepared.report.target
+    assert "step 0" in prepared.messages[1].text  # the older steps are in the summary

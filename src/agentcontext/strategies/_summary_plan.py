@@ -292,6 +292,12 @@ def _candidates(
         if ctx.fill:
             keep = max(keep, ctx.target - summary_room - (suffix[0] - suffix[h]))
         preferred = [p for p in points if suffix[p] <= keep]
+    newest = next((p for p in reversed(points) if p < n), None)
+    if newest is not None and all(p == n for p in preferred):
+        # The newest step alone is over the share (a large tool output): it is what the agent reads
+        # next, so it stays verbatim when the target leaves the summary its room, rather than a
+        # split at the very end summarizing the result of the call the model just made.
+        preferred = [newest, *preferred]
     at_user = [p for p in preferred if p < n and is_user_request(msgs[p]) and suffix[p] >= keep / 2]
     users = set(at_user)
     return at_user + [p for p in preferred if p not in users]

@@ -100,7 +100,10 @@ class Summarize:
             excluded) kept verbatim at the end. Default 0.3, as Gemini CLI.
             The split is the earliest user turn that keeps at most this share,
             else the earliest safe point (never between a tool call and its
-            result); it moves later when the kept part leaves no room.
+            result); it moves later when the kept part leaves no room. When the
+            newest step alone is over the share (a large tool output), it is kept
+            anyway if the target leaves the summary its room: it is what the
+            agent reads next.
         keep_rounds: keep this many recent rounds (user turns) instead of a share.
         ledger: which user messages of the summarized part stay verbatim after
             the summary: ``"all"`` (default), ``"pinned"`` (those with
