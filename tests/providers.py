@@ -172,13 +172,22 @@ class ProviderServer:
         policy: answers accepted requests (default: "ok").
         reasoning: Responses replies start with a ``reasoning`` item (with
             ``encrypted_content``) that the reply's other items depend on.
+        bill: the prompt tokens of a valid Chat Completions body, for the window check and
+            the reply's ``usage.prompt_tokens`` (default: the independent tiktoken count): a
+            provider whose tokenizer is not the one agentcontext counts with.
     """
 
     def __init__(
-        self, *, window: int = 128_000, policy: Policy | None = None, reasoning: bool = False
+        self,
+        *,
+        window: int = 128_000,
+        policy: Policy | None = None,
+        reasoning: bool = False,
+        bill: Callable[[dict[str, Any]], int] | None = None,
     ) -> None:
         self.window = window
         self.reasoning = reasoning
+        self.bill = bill
         self.policy: Policy = policy or (lambda _r: Reply(text="ok"))
         self._tied: dict[str, str] = {}  # item id -> the reasoning item it was produced after
         self.requests: list[Request] = []
@@ -280,6 +289,8 @@ class ProviderServer:
 
     def _openai(self, body: Any) -> tuple[int, Any, Iterator[str] | None]:
         problem, tokens = _check_openai(body)
+        if problem is None and self.bill is not None:
+            tokens = self.bill(body)
         limit = (
             self.window - (_int(body, "max_completion_tokens") or _int(body, "max_tokens") or 0)
             if isinstance(body, dict)
