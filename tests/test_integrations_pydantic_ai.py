@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
+import math
 import re
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,17 +27,28 @@ pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.usage import RequestUsage, UsageLimits
 
 import agentcontext as ac
 from _sizes import LONG, runs
 from agentcontext.exceptions import InvalidMessageError
+from agentcontext.formats import openai as oai
 from agentcontext.formats import pydantic_ai as pai
 from agentcontext.integrations import pydantic_ai as integration
 from agentcontext.integrations.pydantic_ai import ContextCapability, history_processor
+from agentcontext.models import ModelSpec
+from agentcontext.tokens import ScriptEstimator
 from providers import ProviderServer, Reply, Request, tool_loop
 
 SYSTEM = "You are a careful agent. Read every file you are asked about."
@@ -439,6 +453,197 @@ def test_a_bad_fill_is_refused_by_name() -> None:
             ContextCapability(engine, fill=bad)  # type: ignore[arg-type]
         with pytest.raises(ac.ConfigError, match="fill must be"):
             history_processor(engine, fill=bad)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- usage feedback
+
+ESTIMATOR = ScriptEstimator()
+BILLED_WINDOW, BILLED_OUTPUT = 8_000, 1_000
+BILLED = ModelSpec(
+    name="billed-model",
+    provider="other",
+    context_window=BILLED_WINDOW,
+    max_output_tokens=BILLED_OUTPUT,
+    tokenizer="estimate",
+)
+"""A model counted by estimate: its engine calibrates on provider usage by default."""
+
+
+def estimated(body: dict[str, Any]) -> int:
+    """agentcontext's estimate of a Chat Completions body the server received: messages and tools."""
+    messages = oai.to_messages(body["messages"])
+    return ESTIMATOR.count_messages(messages) + ESTIMATOR.count_tools(body.get("tools") or [])
+
+
+def billing(ratio: float) -> Any:
+    """A provider whose tokenizer makes prompts ``ratio`` times agentcontext's estimate of them."""
+    return lambda _api, body: math.ceil(ratio * estimated(body))
+
+
+def billed_agent(server: ProviderServer, capability: Any) -> Agent[None, str]:
+    """An agent on `BILLED` that asks for up to ``BILLED_OUTPUT`` tokens (prompt + max_tokens must fit the window)."""
+    model = OpenAIChatModel("billed-model", provider=OpenAIProvider(base_url=server.openai_url, api_key="k"))
+    agent: Agent[None, str] = Agent(
+        model, system_prompt=SYSTEM, capabilities=[capability], model_settings={"max_tokens": BILLED_OUTPUT}
+    )
+
+    @agent.tool_plain
+    def read(path: str) -> str:
+        """Read a file of the project."""
+        return "\n".join(f"{path}:{n}: value_{n} = compute({n}, scale=0.{n % 10})  # step" for n in range(40))
+
+    return agent
+
+
+class Fed(ac.ContextEngine):
+    """An engine on `BILLED` that keeps what it prepared and every usage fed back to it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(model=BILLED, **kwargs)
+        self.prepared: list[tuple[str, Any]] = []
+        self.fed: list[tuple[Any, int]] = []
+
+    async def aprepare(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        prepared = await super().aprepare(messages, *args, **kwargs)
+        task = next(m.text[:6] for m in reversed(messages) if m.role == "user" and m.text.startswith("Task"))
+        self.prepared.append((task, prepared.report))
+        return prepared
+
+    def record_usage(self, report: Any, prompt_tokens: int) -> bool:
+        self.fed.append((report, prompt_tokens))
+        return super().record_usage(report, prompt_tokens)
+
+
+@pytest.mark.parametrize("setup", ["capability", "persist", "history_processor"])
+def test_usage_teaches_an_estimating_engine_what_the_provider_bills_so_every_request_fits(setup: str) -> None:
+    # The provider's tokenizer makes prompts 1.4x agentcontext's estimate of them: its 10% margin
+    # for estimated counts does not cover that once a request fills the budget (fill=True, a one-shot
+    # fit, compacts only when over it, and then fills it).
+    steps, bill = 40, billing(1.4)
+
+    def capability_on(engine: ac.ContextEngine) -> Any:
+        if setup == "history_processor":
+            return ProcessHistory(history_processor(engine, fill=True))
+        return ContextCapability(engine, fill=True, persist=setup == "persist")
+
+    async def go(agent: Agent[None, str]) -> Any:
+        async with agent:
+            return await agent.run(TASK, usage_limits=NO_LIMIT)
+
+    # An engine that cannot learn (its counter is the bare estimator) sends a request the provider rejects.
+    blind = ac.ContextEngine(model=BILLED, counter=ScriptEstimator())
+    with ProviderServer(window=BILLED_WINDOW, policy=reader(steps), bill=bill) as server:
+        with pytest.raises(ModelHTTPError, match="maximum context length is 8000 tokens"):
+            asyncio.run(go(billed_agent(server, capability_on(blind))))
+    (rejected,) = server.rejected
+    assert rejected.tokens > BILLED_WINDOW - BILLED_OUTPUT
+
+    # The default engine for this model learns from each response's usage.
+    engine = ac.ContextEngine(model=BILLED)
+    capability = capability_on(engine)
+    with ProviderServer(window=BILLED_WINDOW, policy=reader(steps), bill=bill) as server:
+        result = asyncio.run(go(billed_agent(server, capability)))
+    assert result.output == "All files read."
+    assert server.rejected == []
+    assert len(server.accepted) == steps + 1
+    largest = max(r.tokens for r in server.accepted)
+    assert largest <= BILLED_WINDOW - BILLED_OUTPUT
+    assert largest > 0.8 * engine.budget  # the budget was filled: the requests were large enough to overflow
+    correction = engine.counter.correction  # type: ignore[attr-defined]
+    # About the provider's ratio (a history processor cannot count the tools, which the bill includes).
+    assert correction == pytest.approx(1.4, abs=0.02 if setup != "history_processor" else 0.05)
+    if isinstance(capability, ContextCapability):
+        # The budget of the latest request was scaled by it (before the latest usage moved it a little).
+        assert capability.last is not None
+        assert capability.last.report.correction == pytest.approx(1.4, abs=0.02)
+
+
+def test_each_usage_is_fed_against_its_own_conversations_request_the_last_one_included() -> None:
+    # Two conversations run at once through one capability; their provider bills them differently.
+    ratios = {"Task X": 1.2, "Task Y": 1.45}
+    engine = Fed()
+    capability = ContextCapability(engine)
+
+    def task_of(texts: Any) -> str:
+        return next(t[:6] for t in reversed(list(texts)) if t.startswith("Task"))
+
+    def bill(_api: str, body: dict[str, Any]) -> int:
+        user = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        return math.ceil(ratios[task_of(user)] * estimated(body))
+
+    steps = {task: itertools.count() for task in ratios}
+
+    def policy(request: Request) -> Reply:
+        task = request.latest_user_text()[:6]
+        done = next(steps[task])  # the server's own count: a compacted request holds fewer tool results
+        if task == "Task X":
+            time.sleep(0.02)  # so the two conversations' steps interleave
+        if done < 4:
+            return Reply(tool_calls=[("read", {"path": f"f{done}.py"})])
+        return Reply(text="done")
+
+    async def both(agent: Agent[None, str]) -> list[Any]:
+        async with agent:
+            runs_ = [agent.run(task + ": " + TASK, usage_limits=NO_LIMIT) for task in ratios]
+            return list(await asyncio.gather(*runs_))
+
+    with ProviderServer(window=BILLED_WINDOW, policy=policy, bill=bill) as server:
+        asyncio.run(both(billed_agent(server, capability)))
+    assert server.rejected == []
+    # Every response's usage was fed once, the last response of each run included.
+    assert len(engine.fed) == len(server.requests) == 10
+    task_of_report = {id(report): task for task, report in engine.prepared}
+    billed = sorted(r.tokens for r in server.requests)
+    assert sorted(tokens for _, tokens in engine.fed) == billed
+    for report, tokens in engine.fed:
+        # Against the report of the request that was billed: its own conversation's ratio.
+        assert tokens / report.tokens_after == pytest.approx(ratios[task_of_report[id(report)]], abs=0.02)
+
+
+def test_a_history_processor_feeds_the_last_response_when_the_conversation_continues() -> None:
+    engine = Fed()
+    processor = ProcessHistory(history_processor(engine))
+
+    async def go(agent: Agent[None, str]) -> list[Any]:
+        async with agent:
+            first = await agent.run("Task A: " + TASK, usage_limits=NO_LIMIT)
+            history = [*first.all_messages()]
+            second = await agent.run("Task A again.", message_history=history, usage_limits=NO_LIMIT)
+            # A history that was not prepared here: its responses' usage is not this engine's to learn from.
+            foreign = [
+                ModelRequest(parts=[UserPromptPart("Task B: " + TASK)]),
+                ModelResponse(parts=[TextPart("Done.")], usage=RequestUsage(input_tokens=99_999)),
+            ]
+            third = await agent.run("Task B again.", message_history=foreign, usage_limits=NO_LIMIT)
+            return [first, second, third]
+
+    with ProviderServer(window=BILLED_WINDOW, policy=reader(3), bill=billing(1.3)) as server:
+        asyncio.run(go(billed_agent(server, processor)))
+    assert server.rejected == []
+    assert len(server.requests) == 4 + 1 + 1
+    # Within a run, each response is fed at the next request; the first run's last response when the
+    # second run continued its conversation. Only the runs' final responses (no request after) are not.
+    assert len(engine.fed) == 4
+    assert all(tokens != 99_999 for _, tokens in engine.fed)
+    assert sorted(tokens for _, tokens in engine.fed) == sorted(r.tokens for r in server.requests[:4])
+
+
+def test_a_response_without_usage_teaches_nothing() -> None:
+    engine = Fed()
+    with ProviderServer(window=BILLED_WINDOW, policy=reader(3), bill=lambda _api, body: 0) as server:
+        run(billed_agent(server, ContextCapability(engine)), "Task: " + TASK)
+    assert server.rejected == [] and len(server.requests) == 4
+    assert engine.fed == []
+    assert engine.counter.correction == 1.0  # type: ignore[attr-defined]
+
+
+def test_an_exact_counter_has_nothing_to_learn() -> None:
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    capability = ContextCapability(engine)
+    with ProviderServer(window=12_000, policy=reader(3), bill=billing(1.4)) as server:
+        run(make_agent(server, capability, output_lines=10), TASK)
+    assert server.rejected == []
+    assert capability.last is not None and capability.last.report.correction == 1.0
 
 
 # ----------------------------------------------------------------------------- the docs and the extra

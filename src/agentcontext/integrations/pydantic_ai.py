@@ -29,6 +29,16 @@ itself is compacted, and that assembly happens only when the engine compacts).
 `history_processor` gives the same for ``ProcessHistory``, which always
 writes its result back into the history and cannot see tools or instructions.
 
+Both feed each response's usage back to the engine (``ContextEngine.record_usage``,
+against the report of the request that response answers, in its own
+conversation): an engine that counts a model by estimate (Claude, Gemini, a
+``ModelSpec`` with ``tokenizer="estimate"``) learns how far its counts are from
+what the provider bills, and scales its budget by that. The capability reads the
+usage as the model returns it (the run's last response included); a history
+processor, which runs only before a request, reads it from the history at the
+next request, so a run's last response is learned from only when a later run
+continues its conversation.
+
 Both take ``fill=True`` (or a share such as ``fill=0.9``) for a one-shot fit:
 compact only when over the budget, and then only to fill it (less a small
 margin), instead of down to the engine's hysteresis target; the report's notes
@@ -90,6 +100,34 @@ class _Result:
     prepared: Prepared
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A request prepared for one model call, kept until the usage of that call is fed back."""
+
+    run: tuple[str | None, int]
+    """The run and step it was prepared for (``RunContext.run_id``, ``run_step``)."""
+    prepared: Prepared
+    last: Any
+    """The history's last message as sent, and where (``at``): the model's response follows it."""
+    at: int
+
+
+def _prompt_tokens(response: ModelResponse) -> int:
+    """The prompt tokens the provider billed for the request ``response`` answers (0: not reported).
+
+    ``ModelResponse.usage`` is that one request's `RequestUsage`, and its
+    ``input_tokens`` is the whole prompt: Pydantic AI's usage convention (2.31,
+    ``UsageBase.input_tokens``) is that it includes ``cache_read_tokens`` and
+    ``cache_write_tokens``, and each model class normalizes to it. For OpenAI's Chat
+    Completions (``OpenAIChatModel._map_usage``, through genai-prices) it is
+    ``usage.prompt_tokens``, which already includes ``prompt_tokens_details.cached_tokens``;
+    for Anthropic it is ``input_tokens`` plus the cache reads and writes. A provider that
+    sent no usage, or one genai-prices cannot read, leaves it 0.
+    """
+    tokens = response.usage.input_tokens
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0
+
+
 class _Conversation:
     """The canonical messages of one conversation's history, kept in step with it, and the engine's state.
 
@@ -112,6 +150,8 @@ class _Conversation:
         """The id of a message the engine rewrote without saying so in its metadata (an ingest cut, a repair)
         -> the id of the message it replaced."""
         self.state = EngineState.new()
+        self.sent: _Sent | None = None
+        """The latest request prepared here whose usage has not been fed to the engine yet."""
 
     # -- keeping in step with the history
 
@@ -390,7 +430,14 @@ class _Core:
         *,
         persist: bool,
     ) -> _Result:
-        conv = self.conversation(ctx.conversation_id or ctx.run_id or "")
+        conv = self.conversation(self.key(ctx))
+        # A history processor's only view of the previous response (the capability has fed it already,
+        # in wrap_model_request). A processor does not count the tool definitions, but the provider
+        # bills them: their share is learned as part of the ratio (bounded: at most 1.5), which errs
+        # on the side of smaller requests.
+        if conv.sent is not None:
+            previous, conv.sent = conv.sent, None
+            self.answered(previous, history)
         conv.sync(history)
         tools, instructions = self.definitions.of(params)
         prepared = await self.engine.aprepare(
@@ -398,7 +445,45 @@ class _Core:
         )
         conv.state = prepared.state
         self.last = prepared
-        return conv.step(history, prepared, persist=persist)
+        result = conv.step(history, prepared, persist=persist)
+        sent = result.request if result.request is not None else history
+        conv.sent = _Sent((ctx.run_id, ctx.run_step), prepared, sent[-1] if sent else None, len(sent) - 1)
+        return result
+
+    @staticmethod
+    def key(ctx: RunContext[Any]) -> str:
+        return ctx.conversation_id or ctx.run_id or ""
+
+    # Usage feedback: the engine learns how far its counts are from what the provider bills
+    # (`ContextEngine.record_usage`; an engine that counts exactly has nothing to learn). A usage is
+    # fed only against the report of the request it is the usage of, in that request's conversation.
+
+    def received(self, ctx: RunContext[Any], response: ModelResponse) -> None:
+        """The model answered the request prepared for this run step with ``response``."""
+        conv = self.conversations.get(self.key(ctx))
+        if conv is None or conv.sent is None or conv.sent.run != (ctx.run_id, ctx.run_step):
+            return  # not a request prepared here for this step (or its conversation was forgotten)
+        sent, conv.sent = conv.sent, None
+        self.feed(sent.prepared, response)
+
+    def answered(self, sent: _Sent, history: Sequence[Any]) -> None:
+        """Feed the response to ``sent`` if ``history`` holds it: the message right after the request sent.
+
+        A history processor runs only before a request, so it sees the usage of the previous one
+        here, at the next step, or when a later run continues the conversation.
+        """
+        at = sent.at
+        if (
+            0 <= at < len(history) - 1
+            and history[at] is sent.last
+            and isinstance(history[at + 1], ModelResponse)
+        ):
+            self.feed(sent.prepared, history[at + 1])
+
+    def feed(self, prepared: Prepared, response: ModelResponse) -> None:
+        tokens = _prompt_tokens(response)
+        if tokens:
+            self.engine.record_usage(prepared.report, tokens)
 
 
 # ----------------------------------------------------------------------------- the public API
@@ -500,7 +585,8 @@ class ContextCapability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: Callable[[ModelRequestContext], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        """Without ``persist``: send what the engine prepared; the history keeps every message.
+        """Without ``persist``: send what the engine prepared; the history keeps every message. With
+        either: feed the response's usage back to the engine.
 
         Pydantic AI writes what ``before_model_request`` returns back into the
         run's history (2.31 does); what this hook hands to the model is not.
@@ -514,7 +600,11 @@ class ContextCapability(AbstractCapability[Any]):
             )
             if result.request is not None:
                 request_context.messages = result.request  # a context made for this request alone
-        return await handler(request_context)
+        response = await handler(request_context)
+        # The usage of the request just sent (with persist, prepared by before_model_request for this
+        # step): the engine learns from it here, the run's last response included.
+        self._core.received(ctx, response)
+        return response
 
 
 def history_processor(
@@ -526,7 +616,9 @@ def history_processor(
     history, so this behaves like ``ContextCapability(engine, persist=True)``,
     except that a processor sees neither the tool definitions nor the
     instructions: they are not counted (leave room for them in ``reserve``).
-    Prefer `ContextCapability`. ``fill`` is `ContextCapability`'s: ``True`` or a share
+    Prefer `ContextCapability` (which also learns from a run's last response: a
+    processor sees a response's usage only in the history of the next request).
+    ``fill`` is `ContextCapability`'s: ``True`` or a share
     such as ``0.9`` for a one-shot fit, ``False`` (default) for a running agent.
 
     Raises:
