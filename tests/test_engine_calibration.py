@@ -191,3 +191,65 @@ def test_usage_for_a_request_the_session_did_not_prepare_teaches_that_request(tm
         assert session.last_usage is not None and session.last_usage.view_len == len(session.view)
         with pytest.raises(ConfigError, match="report must be the Report of the request sent, got dict"):
             session.record_usage(prompt_tokens=10, report={"tokens_after": 10})  # type: ignore[arg-type]
+
+
+class _OwnEngine:
+    """An `Engine` of a user's own, written before engines learned from usage: no ``record_usage``."""
+
+    def __init__(self, inner: ContextEngine) -> None:
+        self._inner = inner
+        self.counter, self.window, self.reserve, self.budget = (
+            inner.counter,
+            inner.window,
+            inner.reserve,
+            inner.budget,
+        )
+        self.prepare, self.aprepare = inner.prepare, inner.aprepare
+        self.must_fit, self.amust_fit = inner.must_fit, inner.amust_fit
+
+
+def test_an_engine_that_does_not_learn_from_usage_costs_the_lesson_never_the_reply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Usage is fed after the model call was made and paid for: an engine without record_usage, or one
+    # that fails in it, must not turn a good reply into an error (the session logs the usage either way).
+    with Session.open(tmp_path / "run.jsonl", engine=_OwnEngine(ContextEngine(ESTIMATED))) as session:  # type: ignore[arg-type]
+        session.append(Message(role="user", content=_words(1, 200)))
+        prepared = session.prepare()
+        session.record_usage(prompt_tokens=prepared.report.tokens_after * 2)
+        assert session.usage_totals.calls == 1
+
+    class Failing(ContextEngine):
+        def record_usage(self, report: object, prompt_tokens: int) -> bool:
+            raise RuntimeError("the calibration store is down")
+
+    with Session.open(tmp_path / "failing.jsonl", engine=Failing(ESTIMATED)) as session:
+        session.append(Message(role="user", content=_words(1, 200)))
+        prepared = session.prepare()
+        with caplog.at_level("WARNING", logger="agentcontext"):
+            session.record_usage(prompt_tokens=prepared.report.tokens_after * 2)
+        assert session.usage_totals.calls == 1
+        assert "did not take a request's usage: RuntimeError: the calibration store is down" in caplog.text
+
+
+def test_session_tokens_are_the_same_number_however_the_shared_engines_correction_moved(
+    tmp_path: Path,
+) -> None:
+    # Two sessions on one engine: the other session's usage moves the correction. The token count of
+    # a session is a function of its records and the correction now, as a reopened session computes it;
+    # a memo of corrected counts mixed the old correction into the new one (3,190 against 4,455).
+    engine = ContextEngine(model="claude-sonnet-4-5")
+    a = Session.open(tmp_path / "a.jsonl", engine=engine)
+    b = Session.open(tmp_path / "b.jsonl", engine=engine)
+    for i in range(20):
+        a.append(Message(role="user" if i % 2 == 0 else "assistant", content=_words(i, 200)))
+    before = a.tokens
+    b.append(Message(role="user", content=_words(7, 400)))
+    b.record_usage(prompt_tokens=round(b.prepare().report.tokens_after * 1.4))
+    assert engine.counter.correction == pytest.approx(1.4, rel=0.01)  # type: ignore[attr-defined]
+    a.append(Message(role="assistant", content="ok"))
+    assert a.tokens == engine.count(list(a.view)) > before * 1.3
+    a.close()
+    with Session.open(tmp_path / "a.jsonl", engine=engine) as reopened:
+        assert reopened.tokens == engine.count(list(reopened.view))
+    b.close()

@@ -30,9 +30,12 @@ from typing import Any
 import httpx
 import pytest
 
+from agentcontext._api import feed_usage
 from agentcontext.engine import ContextEngine
 from agentcontext.formats import openai as oai
 from agentcontext.integrations.litellm import ContextHook
+from agentcontext.messages import Message
+from agentcontext.models import ESTIMATE_MARGIN
 from agentcontext.session import Session
 from agentcontext.tokens import ScriptEstimator
 from litellm_proxy import MASTER_KEY, Proxy, start_proxies
@@ -313,3 +316,53 @@ def test_a_response_without_usage_or_to_a_request_not_prepared_feeds_nothing() -
 
     asyncio.run(run())
     assert [p for _, p in fed] == [500]
+
+
+def test_a_request_forwarded_unchanged_after_a_failure_teaches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The hook compacted the request, then failed to write it back and forwarded the original: the
+    # provider billed the whole conversation, which is no lesson about the compacted one (fed against
+    # its report, it read as a 50% undercount and shrank every later request of the model by a third).
+    import agentcontext.integrations.litellm as hook_module
+
+    fed: list[int] = []
+
+    class Recorded(ContextEngine):
+        def record_usage(self, report: Any, prompt_tokens: int) -> bool:
+            fed.append(prompt_tokens)
+            return super().record_usage(report, prompt_tokens)
+
+    def cannot_rebuild(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError("cannot rebuild a part of the request")
+
+    monkeypatch.setattr(hook_module, "_with_breakpoints", cannot_rebuild)
+    hook = ContextHook(window=10_000, engine=lambda spec, w, r: Recorded(spec, window=w, reserve=r))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for i in range(40):
+        messages += [
+            {"role": "user", "content": f"step {i} " + "lorem ipsum dolor sit amet " * 40},
+            {"role": "assistant", "content": "ok " * 20},
+        ]
+    messages.append({"role": "user", "content": "go on"})
+
+    async def run() -> dict[str, Any]:
+        data = {"model": GROUP, "litellm_call_id": "c1", "messages": list(messages)}
+        data = await hook.async_pre_call_hook(None, None, data, "acompletion")
+        await hook.async_post_call_success_hook(data, None, {"usage": {"prompt_tokens": 30_000}})
+        return data
+
+    assert asyncio.run(run())["messages"] == messages  # forwarded as it came
+    assert fed == []
+
+
+def test_a_model_agentcontext_does_not_know_is_counted_with_the_estimates_margin_and_learns_upward() -> None:
+    # As a registered model without a tokenizer is: a provider billing less than the estimate must not
+    # make the hook pack more than the window holds (it learned 0.8 and allowed 9,375 tokens into 8,000).
+    from agentcontext.integrations.litellm import _default_engine
+
+    engine = _default_engine(None, 8_000, 1_000)
+    assert engine.budget == int(7_000 * (1 - ESTIMATE_MARGIN))
+    prepared = engine.prepare([Message(role="user", content="lorem ipsum dolor sit amet " * 200)])
+    feed_usage(engine, prepared.report, round(prepared.report.tokens_after * 0.8))
+    assert engine.prepare([Message(role="user", content="again")]).report.budget == engine.budget

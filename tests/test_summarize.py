@@ -817,3 +817,24 @@ def test_the_newest_tool_output_stays_verbatim_when_it_alone_is_over_the_kept_sh
     assert prepared.messages[-2:] == msgs[-2:]  # the newest call and its output, as they were
     assert prepared.report.tokens_after <= prepared.report.target
     assert "step 0" in prepared.messages[1].text  # the older steps are in the summary
+
+
+def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
+    # The newest-step rule is for a share; a caller who asked for no rounds gets none.
+    msgs = [
+        Message(role="system", content="You run commands."),
+        Message(role="user", content="Find the failing step."),
+    ]
+    for step in range(3):
+        call = ToolCall(id=f"c{step}", name="run", arguments=json.dumps({"step": step}))
+        msgs.append(Message(role="assistant", content="", tool_calls=(call,)))
+        msgs.append(
+            Message(role="tool", tool_call_id=call.id, content=f"step {step} " + "output line " * 300)
+        )
+    pipelines = {
+        level: Summarize(keep_rounds=0) for level in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY)
+    }
+    engine = ContextEngine(counter=COUNTER, window=2_800, reserve=300, pipelines=pipelines)  # type: ignore[arg-type]
+    prepared = engine.must_fit(msgs)
+    assert prepared.report.compacted
+    assert not any(m.role == "tool" for m in prepared.messages)

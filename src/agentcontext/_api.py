@@ -8,6 +8,7 @@ call).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias
@@ -21,7 +22,9 @@ from .tokens._base import TokenCounter
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
 
-__all__ = ["Engine", "EngineState", "Prepared", "ToolDefinitions"]
+__all__ = ["Engine", "EngineState", "Prepared", "ToolDefinitions", "feed_usage"]
+
+_log = logging.getLogger("agentcontext")
 
 ToolDefinitions: TypeAlias = Sequence[Mapping[str, JSONValue]]
 """The tool definitions a request sends (OpenAI ``{"type": "function", ...}``, bare or Anthropic dicts)."""
@@ -198,10 +201,6 @@ class Engine(Protocol):
         """`must_fit` with async summarizers."""
         ...
 
-    def record_usage(self, report: Report, prompt_tokens: int) -> bool:
-        """Learn from what the provider billed for a prepared request (see `ContextEngine.record_usage`)."""
-        ...
-
     def count(
         self,
         messages: Sequence[Message],
@@ -211,3 +210,21 @@ class Engine(Protocol):
     ) -> int:
         """Prompt tokens of ``messages`` (with ``tools`` and ``instructions``) as they are."""
         ...
+
+
+def feed_usage(engine: object, report: Report, prompt_tokens: int) -> bool:
+    """Give ``engine`` what the provider billed for the request ``report`` describes; never raises.
+
+    Sessions and the integrations call this after the model call was made and paid for: an engine
+    that does not learn from usage (an `Engine` of your own without ``record_usage``), or one that
+    fails at it, costs the lesson, never the reply (a warning on the ``agentcontext`` logger says so).
+    See `ContextEngine.record_usage`.
+    """
+    learn = getattr(engine, "record_usage", None)
+    if learn is None:
+        return False
+    try:
+        return bool(learn(report, prompt_tokens))
+    except Exception as e:
+        _log.warning("agentcontext: the engine did not take a request's usage: %s: %s", type(e).__name__, e)
+        return False

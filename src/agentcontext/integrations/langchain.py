@@ -55,12 +55,14 @@ where a filled context compacts again within a step or two.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 
+from .._api import feed_usage
 from .._thresholds import check_fill
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import ConfigError, MissingDependencyError, RecallError, UsageError
@@ -92,6 +94,8 @@ if TYPE_CHECKING:
     from .._report import Report
 
 __all__ = ["ContextMiddleware", "recall_tool"]
+
+_log = logging.getLogger("agentcontext")
 
 Mode = Literal["request", "state"]
 SessionSource = Session | Callable[[str | None], Session]
@@ -460,7 +464,10 @@ class _Core:
         usage = _usage(reply)
         if usage is None:
             return
-        if sent.session is not None:
+        if sent.session is None:
+            feed_usage(sent.engine, sent.report, usage.prompt)
+            return
+        try:
             # Before the reply is appended (at the next step's sync), as `Session.record_usage` asks.
             sent.session.record_usage(
                 prompt_tokens=usage.prompt,
@@ -469,8 +476,8 @@ class _Core:
                 cached_tokens=usage.cached,
                 model=usage.model,
             )
-        else:
-            sent.engine.record_usage(sent.report, usage.prompt)
+        except Exception as e:  # the call was made and paid for: logging its usage must not fail it
+            _log.warning("agentcontext: a model call's usage was not logged: %s: %s", type(e).__name__, e)
 
     def sync(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> None:
         """Append to the thread's session what the run added since its last model call (its final answer)."""

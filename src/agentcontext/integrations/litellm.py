@@ -119,6 +119,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlencode
 
+from .._api import feed_usage
 from .._report import Report
 from .._thresholds import check_fill
 from ..compaction import MessageKind, kind_of, original_id
@@ -138,7 +139,7 @@ from ..formats import anthropic, responses
 from ..formats import openai as oai
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
-from ..models import ModelSpec, get
+from ..models import ESTIMATE_MARGIN, ModelSpec, get
 from ..tokens import CalibratedCounter, counter_for_tokenizer
 
 if TYPE_CHECKING:
@@ -422,12 +423,13 @@ class ContextHook(CustomLogger):
                 # What "keep" carries unmodelled (thinking, cache_control...) is expected here, at every request.
                 warnings.simplefilter("ignore", ConversionWarning)
                 await self._prepare(api, data)
-        except _Skip as e:
-            logger.warning("agentcontext: %s request forwarded unchanged: %s", _ROUTES[api], e)
         except Exception as e:
-            logger.warning(
-                "agentcontext: %s request forwarded unchanged: %s: %s", _ROUTES[api], type(e).__name__, e
-            )
+            detail = str(e) if isinstance(e, _Skip) else f"{type(e).__name__}: {e}"
+            logger.warning("agentcontext: %s request forwarded unchanged: %s", _ROUTES[api], detail)
+            # Its usage is the unchanged request's, not the prepared one's: it teaches nothing.
+            call_id = _call_id(data)
+            if call_id is not None:
+                self._sent.pop(call_id, None)
         return data
 
     async def async_post_call_success_hook(  # LiteLLM calls it with these keywords
@@ -570,7 +572,7 @@ class ContextHook(CustomLogger):
         try:
             if sent.opened is not None and await self._session_usage(sent, usage):
                 return
-            sent.engine.record_usage(sent.report, usage.prompt)
+            feed_usage(sent.engine, sent.report, usage.prompt)
         except Exception as e:  # learning must not fail a response
             logger.warning("agentcontext: usage of %s not recorded: %s: %s", call_id, type(e).__name__, e)
 
@@ -1099,9 +1101,13 @@ def _fill_value(raw: object, where: str) -> bool | float:
 def _default_engine(spec: ModelSpec | None, window: int, reserve: int) -> Engine:
     if spec is not None:
         return ContextEngine(spec, window=window, reserve=reserve)
-    # Counted by estimate: the engine learns the model's correction from the usage the hook feeds it.
+    # Counted by estimate, as a registered model without a tokenizer is: the safety margin, and a
+    # correction learned upward only from the usage the hook feeds (`ContextEngine`'s default).
     return ContextEngine(
-        window=window, reserve=reserve, counter=CalibratedCounter(counter_for_tokenizer("estimate"))
+        window=window,
+        reserve=reserve,
+        counter=CalibratedCounter(counter_for_tokenizer("estimate"), min_correction=1.0),
+        safety_margin=ESTIMATE_MARGIN,
     )
 
 

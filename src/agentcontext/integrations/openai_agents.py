@@ -53,6 +53,7 @@ items whatever the provider. Requires ``pip install 'agentcontext[openai-agents]
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -60,6 +61,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .._api import feed_usage
 from .._report import Report
 from .._thresholds import check_fill
 from ..engine import Engine, EngineState
@@ -89,6 +91,8 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 __all__ = ["AgentContextSession", "ModelInputFilter", "UsageHooks", "call_model_input_filter"]
+
+_log = logging.getLogger("agentcontext")
 
 
 _MISSING = object()
@@ -255,17 +259,20 @@ class ModelInputFilter:
             return
         session = self._session
         if session is None:
-            self.engine.record_usage(report, prompt)
+            feed_usage(self.engine, report, prompt)
             return
         cached = getattr(usage.input_tokens_details, "cached_tokens", None)
-        await session._record_usage(
-            prompt,
-            completion_tokens=usage.output_tokens or None,
-            total_tokens=usage.total_tokens or None,
-            cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
-            model=model,
-            report=report,
-        )
+        try:
+            await session._record_usage(
+                prompt,
+                completion_tokens=usage.output_tokens or None,
+                total_tokens=usage.total_tokens or None,
+                cached_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
+                model=model,
+                report=report,
+            )
+        except Exception as e:  # the call was made and paid for: logging its usage must not fail it
+            _log.warning("agentcontext: a model call's usage was not logged: %s: %s", type(e).__name__, e)
 
 
 def call_model_input_filter(

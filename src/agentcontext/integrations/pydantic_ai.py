@@ -56,6 +56,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._api import feed_usage
 from .._thresholds import check_fill
 from ..compaction import original_id
 from ..engine import Engine, EngineState, Prepared
@@ -483,7 +484,7 @@ class _Core:
     def feed(self, prepared: Prepared, response: ModelResponse) -> None:
         tokens = _prompt_tokens(response)
         if tokens:
-            self.engine.record_usage(prepared.report, tokens)
+            feed_usage(self.engine, prepared.report, tokens)
 
 
 # ----------------------------------------------------------------------------- the public API

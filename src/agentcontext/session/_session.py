@@ -71,7 +71,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, cast
 
 from .. import _serde
-from .._api import EngineState
+from .._api import EngineState, feed_usage
 from .._report import Report
 from .._serde import RecordDecodeError, UnknownRecord
 from ..artifacts import ArtifactStore
@@ -85,6 +85,7 @@ from ..exceptions import (
 )
 from ..messages import Message, new_id
 from ..tokens._base import TokenCounter
+from ..tokens._calibrate import CalibratedCounter
 from ._dmail import answer_dmail_call
 from ._recall import RecallSources, answer_recall_call, parse_recall_ref, recall_text
 from ._records import (
@@ -716,8 +717,10 @@ class Session:
                 ]
             )
             sent, self._last_report = report or self._last_report, None
-            if sent is not None and self._engine is not None:
-                self._engine.record_usage(sent, prompt_tokens)
+        if sent is not None and self._engine is not None:
+            feed_usage(
+                self._engine, sent, prompt_tokens
+            )  # logged: an engine's failure never undoes the record
 
     @property
     def tokens(self) -> int:
@@ -733,20 +736,23 @@ class Session:
         counter = self._counter
         if counter is None:
             raise ConfigError("counting tokens needs a counter: pass engine= or counter= to Session.open")
+        # A calibrated counter's correction moves with usage (any session's, when they share an
+        # engine): the memo keeps the uncorrected count, corrected when read.
+        units = counter.inner if isinstance(counter, CalibratedCounter) else counter
         with self._log.lock:
             view = self._log.view
-            # A pure function of the records (a restored session gives the same number); the memo
-            # only saves recounting the prefix it covers.
-            start = self._log.token_memo or self._log.token_anchor
-            if start is None or start[0] > view.length:
-                total = counter.count_messages(view.snapshot())
+            # A pure function of the records and the counter (a restored session gives the same
+            # number); the memo only saves recounting the prefix it covers.
+            memo, anchor = self._log.token_memo, self._log.token_anchor
+            if memo is not None and memo[0] <= view.length:
+                covered, reported, counted = memo
+            elif anchor is not None and anchor[0] <= view.length:
+                (covered, reported), counted = anchor, 0
             else:
-                covered, tokens = start
-                total = tokens + sum(
-                    counter.count_message(view.items[i]) for i in range(covered, view.length)
-                )
-            self._log.token_memo = (view.length, total)
-            return total
+                covered, reported, counted = view.length, 0, units.count_messages(view.snapshot())
+            counted += sum(units.count_message(view.items[i]) for i in range(covered, view.length))
+            self._log.token_memo = (view.length, reported, counted)
+        return reported + (counter.correct(counted) if isinstance(counter, CalibratedCounter) else counted)
 
     @property
     def last_usage(self) -> UsageRecord | None:

@@ -83,8 +83,9 @@ class SessionState:
         self.known_artifacts: set[str] = set()
         # (view length covered, reported prompt tokens): the last usage, while the view it covers stands.
         self.token_anchor: tuple[int, int] | None = None
-        # (view length, tokens) as last computed: a cache only, valid while that prefix stands.
-        self.token_memo: tuple[int, int] | None = None
+        # (view length, reported tokens it starts from, the counter's uncorrected count of the rest) as
+        # last computed: a cache only, valid while that prefix stands (and whatever the correction).
+        self.token_memo: tuple[int, int, int] | None = None
         self.replaying = False
 
     def restore(self, *, migrate: bool = False) -> None:

@@ -293,7 +293,7 @@ def _candidates(
             keep = max(keep, ctx.target - summary_room - (suffix[0] - suffix[h]))
         preferred = [p for p in points if suffix[p] <= keep]
     newest = next((p for p in reversed(points) if p < n), None)
-    if newest is not None and all(p == n for p in preferred):
+    if strategy.keep_rounds is None and newest is not None and all(p == n for p in preferred):
         # The newest step alone is over the share (a large tool output): it is what the agent reads
         # next, so it stays verbatim when the target leaves the summary its room, rather than a
         # split at the very end summarizing the result of the call the model just made.

@@ -250,6 +250,10 @@ class CalibratedCounter:
             self._observations = 0
             self._errors.clear()
 
+    def correct(self, tokens: int) -> int:
+        """``tokens`` counted by the inner counter, corrected and rounded up (as every count here is)."""
+        return self._apply(tokens)
+
     def _apply(self, n: int) -> int:
         c = self._correction
         # 1e-9 keeps an exact correction of 1.0 (or a product that lands on an
