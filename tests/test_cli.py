@@ -586,3 +586,46 @@ def test_python_m_agentcontext_exits_quietly_on_a_closed_pipe() -> None:
         timeout=60,
     )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Exception" not in proc.stderr
+
+
+def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tmp_path: Path) -> None:
+    # Claude Code with extended thinking sends thinking blocks back, and a user may attach a document:
+    # refused by default (they are not modelled); with --keep-unknown a long such request is fitted, the
+    # messages it keeps go out exactly as sent, and a note names what was not counted.
+    messages: list[dict[str, object]] = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Spec."}},
+                {"type": "text", "text": "Find which step fails."},
+            ],
+        }
+    ]
+    for step in range(30):
+        thinking = {"type": "thinking", "thinking": f"Run step {step}.", "signature": f"sig{step}"}
+        use = {"type": "tool_use", "id": f"toolu_{step}", "name": "Bash", "input": {"command": f"run {step}"}}
+        messages.append({"role": "assistant", "content": [thinking, use]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": f"step {step} ok\n" * 60}
+        messages.append({"role": "user", "content": [result]})
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 1_000, "system": "Be careful.", "messages": messages}
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(body), encoding="utf-8")
+    out = tmp_path / "fitted.json"
+
+    refused = run("fit", str(request), "--model", "claude-sonnet-4-5", "--window", "8000", "-o", str(out))
+    assert_one_line_error(refused, 3, "'document'", "--keep-unknown")
+    assert not out.exists()
+
+    kept = run("fit", str(request), "--model", "claude-sonnet-4-5", "--window", "8000", "--keep-unknown",
+               "-o", str(out))  # fmt: skip
+    assert kept.returncode == 0, kept.stderr
+    assert (
+        "'document' blocks" in kept.stderr
+        and "'thinking' blocks" in kept.stderr
+        and "not counted" in kept.stderr
+    )
+    fitted = json.loads(out.read_text(encoding="utf-8"))
+    sent = fitted["messages"]
+    assert len(sent) < len(messages)  # compacted
+    assert sent[-2:] == messages[-2:]  # the newest step exactly as sent, its thinking block included
+    assert sent[0]["role"] == "user" and "Find which step fails." in json.dumps(sent[0])

@@ -78,6 +78,12 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     p.add_argument(
         "--strict", action="store_true", help="refuse invalid conversations instead of repairing them"
     )
+    p.add_argument(
+        "--keep-unknown",
+        action="store_true",
+        help="carry content agentcontext does not model (Anthropic thinking and document blocks, other "
+        "parts) through unchanged instead of refusing it; it is not counted, and a note names each kind",
+    )
     p.set_defaults(handler=run)
 
 
@@ -87,7 +93,10 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
     notes = [note] if note else []
     with Activity(io) as activity:
         request = read_request(
-            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+            args.conversation,
+            fmt=args.format,
+            progress=activity.reading(args.conversation),
+            unknown="keep" if args.keep_unknown else "raise",
         )
         notes.extend(request.notes)
         if request.reply_limit is not None:

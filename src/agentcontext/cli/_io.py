@@ -30,16 +30,18 @@ import os
 import stat
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TextIO, cast
 
-from ..exceptions import InvalidMessageError, UsageError
+from ..exceptions import ConversionWarning, InvalidMessageError, UsageError
 from ..formats import anthropic as anthropic_format
 from ..formats import openai as oai
 from ..formats._common import canonical_json
+from ..formats.openai import Unknown
 from ..messages import JSONValue, Message
 
 __all__ = [
@@ -130,13 +132,17 @@ class Request:
 # ----------------------------------------------------------------------------- reading
 
 
-def read_request(path: str, *, fmt: str = "auto", progress: Progress | None = None) -> Request:
+def read_request(
+    path: str, *, fmt: str = "auto", progress: Progress | None = None, unknown: Unknown = "raise"
+) -> Request:
     """Read a conversation or a request body from ``path`` (``-`` for stdin).
 
     Args:
         path: the file.
         fmt: ``auto`` (recognise by shape), ``openai``, ``anthropic`` or ``responses``.
         progress: called with the bytes read so far (for a progress bar).
+        unknown: ``raise`` refuses content parts and blocks agentcontext does not model; ``keep``
+            carries them through unchanged (not counted; each kind is named in the request's notes).
 
     Raises:
         InputError: the file is missing, unreadable, binary, not UTF-8, not JSON, nested too
@@ -157,7 +163,7 @@ def read_request(path: str, *, fmt: str = "auto", progress: Progress | None = No
         start = line.lstrip()[:1]
         if start == "[":
             data = reader.parse(reader.document(), lineno, whole=True)
-            return _from_array(data, "json", source, fmt)
+            return _from_array(data, "json", source, fmt, unknown=unknown)
         if start != "{":
             raise InputError(
                 f"{source}: not a conversation (line {lineno} starts with {line.strip()[:20]!r}); expected a JSON "
@@ -167,16 +173,16 @@ def read_request(path: str, *, fmt: str = "auto", progress: Progress | None = No
             head = reader.parse(line, lineno, whole=False)
         except _Incomplete:  # one JSON document over several lines (a pretty-printed body)
             data = reader.parse(reader.document(), lineno, whole=True)
-            return _from_object(data, source, fmt)
+            return _from_object(data, source, fmt, unknown)
         second = reader.next_nonblank()
         if second is None:
-            return _from_object(head, source, fmt)
+            return _from_object(head, source, fmt, unknown)
         items: list[object] = [head]
         lines = [lineno]
         for n, text in _chain(second, reader):
             items.append(reader.parse(text, n, whole=True))
             lines.append(n)
-        return _from_array(items, "jsonl", source, fmt, lines=lines)
+        return _from_array(items, "jsonl", source, fmt, lines=lines, unknown=unknown)
 
 
 class _Constant(Exception):
@@ -397,16 +403,16 @@ def _shape_of_list(items: Sequence[object]) -> Format:
     return "openai"
 
 
-def _from_object(data: object, source: str, fmt: str) -> Request:
+def _from_object(data: object, source: str, fmt: str, unknown: Unknown) -> Request:
     """A single JSON object: a request body, or a conversation of one message."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object or array, got {type(data).__name__}")
     if _is_session_header(data):
-        return _from_array([data], "jsonl", source, fmt, lines=[1])
+        return _from_array([data], "jsonl", source, fmt, lines=[1], unknown=unknown)
     if "messages" in data or "input" in data:
-        return _from_body(data, source, fmt)
+        return _from_body(data, source, fmt, unknown)
     if "role" in data or "type" in data:
-        return _from_array([data], "jsonl", source, fmt, lines=[1])
+        return _from_array([data], "jsonl", source, fmt, lines=[1], unknown=unknown)
     keys = ", ".join(repr(k) for k in list(data)[:6])
     raise InputError(
         f"{source}: a JSON object without 'messages' or 'input' (keys: {keys}); expected a request body, "
@@ -428,7 +434,7 @@ def _body_format(body: Mapping[str, object], fmt: str) -> Format:
     return _shape_of_list(messages) if isinstance(messages, list) else "openai"
 
 
-def _from_body(body: dict[str, Any], source: str, fmt: str) -> Request:
+def _from_body(body: dict[str, Any], source: str, fmt: str, unknown: Unknown) -> Request:
     form = _body_format(body, fmt)
     key = _BODY_FIELDS[form]
     if key not in body:
@@ -458,7 +464,7 @@ def _from_body(body: dict[str, Any], source: str, fmt: str) -> Request:
         raise InputError(
             f"{source}: 'functions' must be an array of function definitions, got {type(functions).__name__}"
         )
-    request = _convert(items, form, "body", source)
+    request = _convert(items, form, "body", source, unknown=unknown)
     request.instructions = instructions
     request.body = body
     request.original = managed
@@ -522,7 +528,13 @@ def _countable(tools: list[object], source: str, notes: list[str]) -> list[Mappi
 
 
 def _from_array(
-    items: object, layout: Layout, source: str, fmt: str, *, lines: list[int] | None = None
+    items: object,
+    layout: Layout,
+    source: str,
+    fmt: str,
+    *,
+    lines: list[int] | None = None,
+    unknown: Unknown = "raise",
 ) -> Request:
     if not isinstance(items, list):  # pragma: no cover - a JSON document starting with "[" is a list
         raise InputError(f"{source}: expected a JSON array of messages")
@@ -544,7 +556,7 @@ def _from_array(
                 "or one message per line"
             )
     form: Format = cast(Format, fmt) if fmt != "auto" else _shape_of_list(items)
-    return _convert(items, form, layout, source, lines=lines)
+    return _convert(items, form, layout, source, lines=lines, unknown=unknown)
 
 
 def _json_type(value: object) -> str:
@@ -560,32 +572,47 @@ def _convert(
     source: str,
     *,
     lines: list[int] | None = None,
+    unknown: Unknown = "raise",
 ) -> Request:
     """Convert wire dicts to messages; an OpenAI list converts one item at a time and lets each dict go."""
     try:
-        if form == "openai":
-            messages: list[Message] = []
-            previous: str | None = None
-            keep = layout == "body"
-            for i in range(len(items)):
-                message = oai.to_message(items[i], index=i, previous_id=previous)
-                messages.append(message)
-                previous = message.id
-                if not keep:
-                    items[i] = None  # converted losslessly: no need to hold the dict too
-            original: JSONValue = None
-        elif form == "anthropic":
-            messages = anthropic_format.to_messages(items)
-            original = items
-        else:
-            messages = _responses().to_messages(items)
-            original = items
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConversionWarning)
+            if form == "openai":
+                messages: list[Message] = []
+                previous: str | None = None
+                keep = layout == "body"
+                for i in range(len(items)):
+                    message = oai.to_message(items[i], index=i, previous_id=previous, unknown=unknown)
+                    messages.append(message)
+                    previous = message.id
+                    if not keep:
+                        items[i] = None  # converted losslessly: no need to hold the dict too
+                original: JSONValue = None
+            elif form == "anthropic":
+                messages = anthropic_format.to_messages(items, unknown=unknown)
+                original = items
+            else:
+                messages = _responses().to_messages(items, unknown=unknown)
+                original = items
     except InvalidMessageError as exc:
         where = ""
         if lines is not None and exc.index is not None and 0 <= exc.index < len(lines):
             where = f"line {lines[exc.index]}: "
-        raise InputError(f"{source}: {where}{exc} ({_FORM_NAMES[form]} format)") from None
-    return Request(format=form, layout=layout, source=source, messages=messages, original=original)
+        hint = (
+            "; pass --keep-unknown to carry such parts through unchanged (not counted)"
+            if unknown == "raise" and "unsupported" in str(exc)
+            else ""
+        )
+        raise InputError(f"{source}: {where}{exc} ({_FORM_NAMES[form]} format){hint}") from None
+    request = Request(format=form, layout=layout, source=source, messages=messages, original=original)
+    seen: set[str] = set()
+    for w in caught:
+        text = str(w.message)
+        if issubclass(w.category, ConversionWarning) and text not in seen:
+            seen.add(text)
+            request.notes.append(text)
+    return request
 
 
 def _responses() -> Any:
