@@ -629,3 +629,6 @@ def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tm
     assert len(sent) < len(messages)  # compacted
     assert sent[-2:] == messages[-2:]  # the newest step exactly as sent, its thinking block included
     assert sent[0]["role"] == "user" and "Find which step fails." in json.dumps(sent[0])
+    counted = run("count", str(request), "--model", "claude-sonnet-4-5", "--keep-unknown", "--json")
+    assert counted.returncode == 0 and "'thinking' blocks" in counted.stderr, counted.stderr
+    assert json.loads(counted.stdout)["tokens"] > 8_000

@@ -16,7 +16,7 @@ from .._intake import InstructionTokens, ToolTokens
 from ..messages import tool_call_index, tool_name_for
 from . import Consoles
 from ._common import add_model_options, model_from
-from ._io import FORMATS, InputError, read_request
+from ._io import FORMATS, KEEP_UNKNOWN_HELP, InputError, read_request
 from ._progress import Activity
 from ._text import plain
 
@@ -43,6 +43,7 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     add_model_options(p, thresholds=False, reserve=False)
     p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.add_argument("--keep-unknown", action="store_true", help=KEEP_UNKNOWN_HELP)
     p.set_defaults(handler=run)
 
 
@@ -95,7 +96,12 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
             io.out.print(f"{plain(args.file)}: {n:,} tokens ({spec.name}, {counter.name})")
         return 0
     with Activity(io) as activity:
-        request = read_request(args.file, fmt=args.format, progress=activity.reading(args.file))
+        request = read_request(
+            args.file,
+            fmt=args.format,
+            progress=activity.reading(args.file),
+            unknown="keep" if args.keep_unknown else "raise",
+        )
         msgs = request.messages
         per: list[int] = []
         with activity.step(f"counting {len(msgs):,} messages", total=len(msgs)) as done:

@@ -20,7 +20,7 @@ from ._common import (
     ratio,
 )
 from ._errors import SummarizerFailed
-from ._io import FORMATS, read_request, write_file, write_request
+from ._io import FORMATS, KEEP_UNKNOWN_HELP, read_request, write_file, write_request
 from ._progress import Activity
 from ._reporting import SUMMARIZER_FAILURES, bounded_report, describe_fallback, fallbacks, summary_line
 from ._text import plain
@@ -81,8 +81,7 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     p.add_argument(
         "--keep-unknown",
         action="store_true",
-        help="carry content agentcontext does not model (Anthropic thinking and document blocks, other "
-        "parts) through unchanged instead of refusing it; it is not counted, and a note names each kind",
+        help=KEEP_UNKNOWN_HELP,
     )
     p.set_defaults(handler=run)
 

@@ -132,6 +132,13 @@ class Request:
 # ----------------------------------------------------------------------------- reading
 
 
+KEEP_UNKNOWN_HELP = (
+    "carry content agentcontext does not model (Anthropic thinking and document blocks, other parts) "
+    "through unchanged instead of refusing it; it is not counted, and a note names each kind"
+)
+"""The help of ``--keep-unknown`` (`fit`, `count`): ``unknown="keep"`` for `read_request`."""
+
+
 def read_request(
     path: str, *, fmt: str = "auto", progress: Progress | None = None, unknown: Unknown = "raise"
 ) -> Request:
