@@ -10,7 +10,7 @@ exact o200k_base count of the request, and a request whose bill exceeds the wind
 the reply reserve is one the provider rejects. With ``--feed`` the bill goes back to the
 engine (`ContextEngine.record_usage`, what sessions and the integrations do).
 
-Run:  python bench/bench_calibration.py [--eval-dir DIR] [--ratios 1.0,1.15,1.3] [--share 0.25]   (about a minute)
+Run:  python bench/bench_calibration.py [--eval-dir DIR] [--ratios 1.0,1.15,1.3,1.6] [--share 0.25]   (about a minute)
 
 Each setting runs twice: a running agent (compacts at the soft limit, down to the hysteresis target)
 and a one-shot fit every step (``fill=True``: fills the budget, as a proxy asked to keep the most does).
@@ -64,7 +64,7 @@ def run(
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL)
-    ap.add_argument("--ratios", default="1.0,1.15,1.3")
+    ap.add_argument("--ratios", default="1.0,1.15,1.3,1.6")
     ap.add_argument(
         "--share", type=float, default=0.25, help="window as a share of each conversation's tokens"
     )

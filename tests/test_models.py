@@ -18,6 +18,7 @@ from _sizes import examples
 from agentcontext import models
 from agentcontext.exceptions import ConfigError, UnknownModelError
 from agentcontext.models import ModelSpec
+from agentcontext.tokens import CalibratedCounter
 
 # --------------------------------------------------------------------------
 # Resolution of names as agents really send them.
@@ -576,3 +577,21 @@ def test_counter_for_a_registered_open_model_uses_its_tokenizer_file(
     counter = models.counter_for("acme-open-instruct")
     text = "an open model reads files"
     assert counter.count_text(text) == len(tok.encode(text).ids)
+
+
+def test_estimate_ratio_is_where_a_models_calibration_starts_and_is_validated() -> None:
+    # Anthropic's tokenizer splits text finer than o200k_base, which the estimator approximates, and Opus
+    # 4.7's finer still: an engine for them starts from that, before the provider reports any usage.
+    assert models.get("claude-sonnet-4-5").estimate_ratio == 1.2
+    assert models.get("claude-opus-4-7").estimate_ratio == 1.6
+    assert models.get("gpt-4o").estimate_ratio == 1.0 and models.get("gemini-2.5-pro").estimate_ratio == 1.0
+    counter = models.counter_for("claude-opus-4-7", calibrated=True)
+    assert isinstance(counter, CalibratedCounter) and counter.correction == 1.6
+    assert models.counter_for("claude-opus-4-7") is counter.inner  # the shared one, uncorrected
+    assert models.counter_for("gpt-4o", calibrated=True) is models.counter_for(
+        "gpt-4o"
+    )  # exact: nothing to learn
+    for bad in (0.9, 2.5, True, "1.2"):
+        with pytest.raises(ConfigError, match="estimate_ratio must be a number in \\[1, 2\\]"):
+            ModelSpec(name="m", provider="other", context_window=8_000, max_output_tokens=1_000,
+                      tokenizer="estimate", estimate_ratio=bad)  # type: ignore[arg-type]  # fmt: skip

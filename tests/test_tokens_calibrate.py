@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -171,3 +172,16 @@ def test_the_correction_always_stays_within_its_bounds(reports: list[float]) -> 
     for r in reports:
         counter.observe(msgs, max(1, round(predicted * r)))
         assert 0.8 <= counter.correction <= 1.5
+
+
+def test_initial_is_the_correction_until_the_first_report_replaces_it() -> None:
+    counter = CalibratedCounter(ScriptEstimator(), min_correction=1.0, max_correction=2.0, initial=1.6)
+    text = "the parser reads each token and reports every mismatch " * 20
+    assert counter.count_text(text) == math.ceil(ScriptEstimator().count_text(text) * 1.6 - 1e-9)
+    predicted = counter.inner.count_text(text)
+    assert counter.observe_counted(predicted, round(predicted * 1.3))
+    assert counter.correction == pytest.approx(1.3, rel=0.01)  # the first report, as it is
+    counter.reset()
+    assert counter.correction == 1.6
+    with pytest.raises(ConfigError, match="initial must be within"):
+        CalibratedCounter(ScriptEstimator(), min_correction=1.0, initial=0.9)

@@ -84,6 +84,12 @@ class ModelSpec:
     estimate_margin: float = _AUTO_MARGIN
     """Safety margin the engine adds when counting with this spec's tokenizer.
     Defaults to `ESTIMATE_MARGIN` (0.10) for ``"estimate"`` and 0.0 for exact tokenizers."""
+    estimate_ratio: float = 1.0
+    """How many tokens the provider bills per token counted, as far as is known before it reports
+    any usage: where the engine counts by estimate, its calibrated counter starts from this and
+    then learns the real ratio from usage (`ContextEngine.record_usage`). 1.0 for most models; above
+    it for a provider whose tokenizer splits text finer than ``o200k_base``, which the estimator
+    approximates (Anthropic's)."""
 
     def __post_init__(self) -> None:
         where = f"ModelSpec {self.name!r}" if isinstance(self.name, str) else "ModelSpec"
@@ -134,6 +140,10 @@ class ModelSpec:
         object.__setattr__(self, "aliases", aliases)
         if not isinstance(self.source, str):
             raise ConfigError(f"{where}: source must be a string, got {type(self.source).__name__}")
+        self._check_estimates(where)
+
+    def _check_estimates(self, where: str) -> None:
+        """Validate (and settle) ``estimate_margin`` and ``estimate_ratio``."""
         margin = self.estimate_margin
         if isinstance(margin, float) and math.isnan(margin):
             margin = ESTIMATE_MARGIN if self.tokenizer == "estimate" else 0.0
@@ -142,6 +152,13 @@ class ModelSpec:
                 f"{where}: estimate_margin must be a number in [0, 0.5) (the engine's safety_margin range), got {margin!r}"
             )
         object.__setattr__(self, "estimate_margin", float(margin))
+        ratio = self.estimate_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1.0 <= ratio <= 2.0:
+            raise ConfigError(
+                f"{where}: estimate_ratio must be a number in [1, 2] (provider tokens per counted token), "
+                f"got {ratio!r}"
+            )
+        object.__setattr__(self, "estimate_ratio", float(ratio))
 
     @property
     def default_reserve(self) -> int:

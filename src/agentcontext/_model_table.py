@@ -152,14 +152,43 @@ def _gpt4(name: str, window: int, out: int, prices: _Prices, *, aliases: tuple[s
     return _row(name, "openai", window, out, prices, name, tokenizer="cl100k_base", aliases=aliases)
 
 
+_CLAUDE_RATIO = 1.2
+"""Anthropic tokens per o200k_base token (what the estimator approximates), before usage says better.
+Anthropic publishes no tokenizer for Claude 3 and later. Claude 3.5 Sonnet was measured at 20-30% more
+tokens than GPT-4o for the same input (6thwave.news/2025/05/01/tokenization-showdown-comparing-costs-of-
+openai-and-anthropic-models), and LangChain counts Anthropic text at 3.3 characters a token against 4
+for others (langchain-core `count_tokens_approximately`): 1.2 errs high for prose, within them for code."""
+_CLAUDE_47_RATIO = 1.6
+"""From Claude Opus 4.7 on: Anthropic's migration guide says its new tokenizer makes "roughly 1.0 to
+1.35x as many tokens" as Opus 4.6 (measured with Anthropic's count_tokens at 1.45x on English, 1.15-1.3x
+on code, 1.0x on Chinese: sol.ava.dev/writings/2026-04-17-opus-4-7-tokenizer.html), on top of
+`_CLAUDE_RATIO`."""
+
+
 def _claude(
-    name: str, window: int, out: int, inp: float, outp: float, src: str, *, aliases: tuple[str, ...] = ()
+    name: str,
+    window: int,
+    out: int,
+    inp: float,
+    outp: float,
+    src: str,
+    *,
+    aliases: tuple[str, ...] = (),
+    ratio: float = _CLAUDE_RATIO,
 ) -> ModelSpec:
     # Anthropic's multipliers are uniform across models: 5-minute cache writes
     # cost 1.25x input, cache hits 0.1x (pricing page, "Prompt caching").
     prices = (inp, round(inp * 0.1, 6), outp)
     return _row(
-        name, "anthropic", window, out, prices, src, cache_write_price=round(inp * 1.25, 6), aliases=aliases
+        name,
+        "anthropic",
+        window,
+        out,
+        prices,
+        src,
+        cache_write_price=round(inp * 1.25, 6),
+        aliases=aliases,
+        estimate_ratio=ratio,
     )
 
 
@@ -176,6 +205,7 @@ def _row(
     cache_write_price: float | None = None,
     max_input_tokens: int | None = None,
     aliases: tuple[str, ...] = (),
+    estimate_ratio: float = 1.0,
 ) -> ModelSpec:
     inp, cached, outp = prices
     if cache_style is None:
@@ -202,6 +232,7 @@ def _row(
         max_input_tokens=max_input_tokens,
         aliases=aliases,
         source=_SOURCES[src],
+        estimate_ratio=estimate_ratio,
     )
 
 
@@ -263,8 +294,8 @@ _BUILTIN_SPECS: tuple[ModelSpec, ...] = (
     _claude("claude-opus-4-5", 200_000, 64_000, 5.0, 25.0, "claude-opus-4-5"),
     _claude("claude-opus-4-6", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-6"),
     _claude("claude-sonnet-4-6", 1_000_000, 128_000, 3.0, 15.0, "claude-sonnet-4-6"),
-    _claude("claude-opus-4-7", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-7"),
-    _claude("claude-opus-4-8", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-8"),
+    _claude("claude-opus-4-7", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-7", ratio=_CLAUDE_47_RATIO),
+    _claude("claude-opus-4-8", 1_000_000, 128_000, 5.0, 25.0, "claude-opus-4-8", ratio=_CLAUDE_47_RATIO),
     # Google Gemini 2.x. Input and output limits are separate; the window is the
     # input limit, so the reserve comes out of it (conservative by 65K at most).
     _row(

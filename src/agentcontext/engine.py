@@ -66,7 +66,6 @@ from .strategies.hard_truncate import HardTruncate
 from .strategies.pipeline import default_pipelines
 from .tokens._base import TokenCounter
 from .tokens._calibrate import CalibratedCounter
-from .tokens._encodings import ENCODING_NAMES
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -1027,15 +1026,10 @@ def _resolve(
     if counter is None:
         if spec is None:
             raise ConfigError("ContextEngine needs a model name or an explicit counter=")
-        counter = models.counter_for(spec)
-        if spec.tokenizer not in ENCODING_NAMES:
-            # An estimate, or a tokenizer file without the provider's exact chat template: each engine
-            # learns its model's correction from the usage it is given (`record_usage`). Upward only:
-            # the estimate errs high by design, and a ratio learned on prose may not hold for the code
-            # or Chinese that comes next, so the default never packs more than the estimate allows
-            # (LangChain clamps its usage scaling to [1, 1.25] for the same reason). Pass
-            # counter=CalibratedCounter(...) for both directions.
-            counter = CalibratedCounter(counter, min_correction=1.0)
+        # An estimate gets a counter of its own that learns the model's correction from the usage it is
+        # given (`record_usage`), upward only, starting from `ModelSpec.estimate_ratio` (1.6 for Claude
+        # Opus 4.7's tokenizer). Pass counter=CalibratedCounter(...) to correct both ways.
+        counter = models.counter_for(spec, calibrated=True)
     elif not isinstance(counter, TokenCounter):
         raise ConfigError(f"counter must implement TokenCounter, got {type(counter).__name__}")
     return spec, window, reserve, counter

@@ -195,7 +195,7 @@ def get(name: str) -> ModelSpec:
     raise UnknownModelError(name, _suggest(forms or [key], snapshot))
 
 
-def counter_for(model: str | ModelSpec) -> TokenCounter:
+def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCounter:
     """Return the best token counter for a model: exact where a tokenizer ships, else the estimator.
 
     OpenAI models get their exact tiktoken encoding (offline); models without a
@@ -205,8 +205,17 @@ def counter_for(model: str | ModelSpec) -> TokenCounter:
     counter is shared process-wide per tokenizer (see
     `agentcontext.tokens.counter_for_tokenizer`), so its cache serves every engine.
 
+    With ``calibrated=True`` a counter that is not exact (the estimator, or a tokenizer
+    file without the provider's chat template) comes wrapped in a new `CalibratedCounter`
+    that starts from the spec's ``estimate_ratio`` and learns upward only, at most to
+    twice the count, from the usage it is given: what a `ContextEngine` counts with by
+    default. The estimate errs high by design, and a ratio learned on prose need not hold
+    for the code or Chinese that comes next, so it never packs more than the estimate
+    allows (LangChain clamps its usage scaling to [1, 1.25] for the same reason).
+
     Args:
         model: a model name (resolved with `get`) or a `ModelSpec`.
+        calibrated: wrap an inexact counter in its own `CalibratedCounter` (default False: the shared counter).
 
     Raises:
         UnknownModelError: ``model`` is a name no registered model matches.
@@ -215,9 +224,12 @@ def counter_for(model: str | ModelSpec) -> TokenCounter:
     """
     spec = model if isinstance(model, ModelSpec) else get(model)
     # Imported here so this module (and `get`) works without loading tiktoken.
-    from .tokens import counter_for_tokenizer
+    from .tokens import ENCODING_NAMES, CalibratedCounter, counter_for_tokenizer
 
-    return counter_for_tokenizer(spec.tokenizer)
+    counter = counter_for_tokenizer(spec.tokenizer)
+    if not calibrated or spec.tokenizer in ENCODING_NAMES:
+        return counter
+    return CalibratedCounter(counter, min_correction=1.0, max_correction=2.0, initial=spec.estimate_ratio)
 
 
 # --------------------------------------------------------------------------

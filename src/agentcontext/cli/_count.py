@@ -14,6 +14,7 @@ from rich.table import Table
 from .. import models
 from .._intake import InstructionTokens, ToolTokens
 from ..messages import tool_call_index, tool_name_for
+from ..tokens import CalibratedCounter, TokenCounter
 from . import Consoles
 from ._common import add_model_options, model_from
 from ._io import FORMATS, KEEP_UNKNOWN_HELP, InputError, read_request
@@ -80,10 +81,28 @@ def _read_text(path: str) -> str:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
+def _counters(
+    spec: models.ModelSpec, io: Consoles
+) -> tuple[TokenCounter, TokenCounter, Callable[[int], int]]:
+    """The model's counter as an engine counts with it, the uncorrected one, and the correction.
+
+    Counts are taken uncorrected and corrected once, on the total, as the engine does (`ContextEngine.count`).
+    """
+    counter = models.counter_for(spec, calibrated=True)
+    if not isinstance(counter, CalibratedCounter):
+        return counter, counter, int
+    if counter.correction != 1.0:
+        io.err.print(
+            f"note: {spec.name} is counted by estimate, times {counter.correction:g} for what its provider "
+            "is known to bill beyond it (the model's estimate_ratio)"
+        )
+    return counter, counter.inner, counter.correct
+
+
 def run(args: argparse.Namespace, io: Consoles) -> int:
     """Count and print."""
     spec, note = model_from(args)
-    counter = models.counter_for(spec)
+    counter, units, scale = _counters(spec, io)
     if note:
         io.err.print(f"note: {plain(note)}")
     if not _is_conversation(args.file):
@@ -106,14 +125,19 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
         per: list[int] = []
         with activity.step(f"counting {len(msgs):,} messages", total=len(msgs)) as done:
             for i, m in enumerate(msgs):
-                per.append(counter.count_message(m))
+                per.append(units.count_message(m))
                 if i % 4096 == 0:
                     done(i)
     for text in request.notes:
         io.err.print(f"note: {plain(text)}")
-    tool_tokens = ToolTokens().count(request.counted_tools, counter)
-    instruction_tokens = InstructionTokens().count(request.instructions, counter)
-    total = sum(per) + counter.count_messages(()) + tool_tokens + instruction_tokens
+    tool_tokens = ToolTokens().count(request.counted_tools, units)
+    instruction_tokens = InstructionTokens().count(request.instructions, units)
+    total = scale(sum(per) + units.count_messages(()) + tool_tokens + instruction_tokens)
+    per, tool_tokens, instruction_tokens = (
+        [scale(n) for n in per],
+        scale(tool_tokens),
+        scale(instruction_tokens),
+    )
     by_role: dict[str, list[int]] = {}
     by_tool: dict[str, list[int]] = {}
     calls = tool_call_index(msgs)

@@ -20,7 +20,7 @@ class Calibration:
     """A snapshot of what a `CalibratedCounter` has learned."""
 
     correction: float
-    """The factor applied to the inner counter's counts (1.0 before any observation)."""
+    """The factor applied to the inner counter's counts (``initial``, 1.0 by default, before any observation)."""
     observations: int
     """Usage reports taken into account (skipped ones excluded)."""
     error_band: tuple[float, float] | None
@@ -78,6 +78,7 @@ class CalibratedCounter:
         max_correction: float = 1.5,
         min_tokens: int = 64,
         window: int = 32,
+        initial: float = 1.0,
     ) -> None:
         """Wrap ``inner``.
 
@@ -88,6 +89,8 @@ class CalibratedCounter:
             max_correction: highest correction allowed (default 1.5).
             min_tokens: reports for prompts under this many predicted tokens are skipped (default 64).
             window: observations `error_band` looks back on (default 32).
+            initial: the correction before the first usable report, which replaces it (default 1.0):
+                what is known of the provider's ratio beforehand (`ModelSpec.estimate_ratio`).
 
         Raises:
             ConfigError: an option out of range, or ``inner`` is not a `TokenCounter`.
@@ -109,13 +112,16 @@ class CalibratedCounter:
             raise ConfigError(f"min_tokens must be an int >= 0, got {min_tokens!r}")
         if not isinstance(window, int) or window < 1:
             raise ConfigError(f"window must be an int >= 1, got {window!r}")
+        if not (isinstance(initial, int | float) and min_correction <= initial <= max_correction):
+            raise ConfigError(f"initial must be within [min_correction, max_correction], got {initial!r}")
         self._inner = inner
         self._smoothing = float(smoothing)
         self._lo = float(min_correction)
         self._hi = float(max_correction)
         self._min_tokens = min_tokens
         self._lock = threading.Lock()
-        self._correction = 1.0
+        self._initial = float(initial)
+        self._correction = self._initial
         self._observations = 0
         self._errors: deque[float] = deque(maxlen=window)
 
@@ -221,7 +227,7 @@ class CalibratedCounter:
 
     @property
     def correction(self) -> float:
-        """The current factor (1.0 until the first usable report)."""
+        """The current factor (``initial``, 1.0 by default, until the first usable report)."""
         return self._correction
 
     @property
@@ -244,9 +250,9 @@ class CalibratedCounter:
             return Calibration(correction=self._correction, observations=self._observations, error_band=band)
 
     def reset(self) -> None:
-        """Forget everything learned (the correction returns to 1.0)."""
+        """Forget everything learned (the correction returns to ``initial``)."""
         with self._lock:
-            self._correction = 1.0
+            self._correction = self._initial
             self._observations = 0
             self._errors.clear()
 
