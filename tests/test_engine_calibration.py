@@ -91,7 +91,7 @@ def test_a_correction_learned_mid_conversation_never_lets_a_prompt_overflow(fill
     # What the provider bills for it is within the budget, counted either way.
     assert _billed(engine, after.report.tokens_after, counter.correction) <= engine.budget
     assert counter.count_messages(after.messages) <= engine.budget
-    assert any("provider usage puts the prompt at 1.49" in n for n in after.report.notes)
+    assert any("the provider bills about 1.49" in n for n in after.report.notes)
     assert after.report.to_dict()["correction"] == pytest.approx(1.49, rel=0.01)
 
 

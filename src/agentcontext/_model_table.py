@@ -157,7 +157,8 @@ _CLAUDE_RATIO = 1.2
 Anthropic publishes no tokenizer for Claude 3 and later. Claude 3.5 Sonnet was measured at 20-30% more
 tokens than GPT-4o for the same input (6thwave.news/2025/05/01/tokenization-showdown-comparing-costs-of-
 openai-and-anthropic-models), and LangChain counts Anthropic text at 3.3 characters a token against 4
-for others (langchain-core `count_tokens_approximately`): 1.2 errs high for prose, within them for code."""
+for others (langchain-core `count_tokens_approximately`). 1.2 is the low end; the engine's safety margin and
+the usage the provider reports cover the rest."""
 _CLAUDE_47_RATIO = 1.6
 """From Claude Opus 4.7 on: Anthropic's migration guide says its new tokenizer makes "roughly 1.0 to
 1.35x as many tokens" as Opus 4.6 (measured with Anthropic's count_tokens at 1.45x on English, 1.15-1.3x

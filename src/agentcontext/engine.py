@@ -583,7 +583,9 @@ class ContextEngine:
     def _calibrated(self, correction: float) -> str:
         if correction == 1.0:
             return ""
-        return f"; these are the counter's own figures, and provider usage puts prompts at {correction:.3f} times them"
+        return (
+            f"; these are the counter's own figures, and the provider bills about {correction:.3f} times them"
+        )
 
     def _tool_tokens(self, tools: ToolDefinitions | None) -> int:
         return self._tools.count(tools, self._units)
@@ -929,7 +931,7 @@ class ContextEngine:
             )
         if call.correction != 1.0:
             notes.append(
-                f"counts are the counter's own; provider usage puts the prompt at {call.correction:.3f} times "
+                f"counts are the counter's own; the provider bills about {call.correction:.3f} times "
                 f"them, so the {self.budget:,}-token budget is {call.limit:,} of them"
             )
         if call.tool_tokens:
