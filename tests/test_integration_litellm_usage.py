@@ -232,7 +232,7 @@ def test_each_usage_is_fed_against_its_own_request_with_conversations_in_flight_
     upstream = upstreams[0]
     before_fed, before_sent = len(entries(learning, "usage")), len(upstream.requests)
     # Conversations of very different sizes at once: one thread's usage fed against another's report would
-    # be off by many times the provider's ratio (and clamped by the counter to 0.8 or 1.5).
+    # be off by many times the provider's ratio (and clamped by the counter to 1 or 2).
     with ThreadPoolExecutor(6) as pool:
         jobs = [pool.submit(agent, learning, 8, name=f"c{k}", size=2 + 25 * k) for k in range(6)]
         assert [job.result() for job in jobs] == [-1] * 6

@@ -795,22 +795,28 @@ def test_the_engine_deadline_stops_asking_for_summaries(monkeypatch: pytest.Monk
     assert prepared.report.tokens_after <= engine.budget  # hard truncation still guarantees the fit
 
 
+def _large_steps(steps: int) -> list[Message]:
+    """An agent's run: one task, then steps whose outputs are each about 600 words."""
+    msgs = [
+        Message(role="system", content="You run commands."),
+        Message(role="user", content="Find the failing step."),
+    ]
+    for step in range(steps):
+        call = ToolCall(id=f"c{step}", name="run", arguments=json.dumps({"step": step}))
+        msgs.append(Message(role="assistant", content="", tool_calls=(call,)))
+        msgs.append(
+            Message(role="tool", tool_call_id=call.id, content=f"step {step} " + "output line " * 300)
+        )
+    return msgs
+
+
 @pytest.mark.parametrize("level", [Level.NORMAL, Level.AGGRESSIVE])
 def test_the_newest_tool_output_stays_verbatim_when_it_alone_is_over_the_kept_share(level: Level) -> None:
     # An agent's run: one task, then steps whose outputs are each a third of the conversation, so no
     # split keeps the newest share (30%, or 20% when aggressive) and at least one step. The result of
     # the call the model just made was summarized with the rest; it is what the model reads next, and
     # the target has room for it.
-    msgs = [
-        Message(role="system", content="You run commands."),
-        Message(role="user", content="Find the failing step."),
-    ]
-    for step in range(3):
-        call = ToolCall(id=f"c{step}", name="run", arguments=json.dumps({"step": step}))
-        msgs.append(Message(role="assistant", content="", tool_calls=(call,)))
-        msgs.append(
-            Message(role="tool", tool_call_id=call.id, content=f"step {step} " + "output line " * 300)
-        )
+    msgs = _large_steps(3)
     engine = ContextEngine(counter=COUNTER, window=2_800, reserve=300)
     prepared = engine.must_fit(msgs) if level == Level.AGGRESSIVE else engine.prepare(msgs)
     assert prepared.report.final_level == level and prepared.report.compacted
@@ -821,16 +827,7 @@ def test_the_newest_tool_output_stays_verbatim_when_it_alone_is_over_the_kept_sh
 
 def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     # The newest-step rule is for a share; a caller who asked for no rounds gets none.
-    msgs = [
-        Message(role="system", content="You run commands."),
-        Message(role="user", content="Find the failing step."),
-    ]
-    for step in range(3):
-        call = ToolCall(id=f"c{step}", name="run", arguments=json.dumps({"step": step}))
-        msgs.append(Message(role="assistant", content="", tool_calls=(call,)))
-        msgs.append(
-            Message(role="tool", tool_call_id=call.id, content=f"step {step} " + "output line " * 300)
-        )
+    msgs = _large_steps(3)
     pipelines = {
         level: Summarize(keep_rounds=0) for level in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY)
     }

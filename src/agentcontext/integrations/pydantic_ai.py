@@ -434,7 +434,7 @@ class _Core:
         conv = self.conversation(self.key(ctx))
         # A history processor's only view of the previous response (the capability has fed it already,
         # in wrap_model_request). A processor does not count the tool definitions, but the provider
-        # bills them: their share is learned as part of the ratio (bounded: at most 1.5), which errs
+        # bills them: their share is learned as part of the ratio (bounded: at most 2x the estimate), which errs
         # on the side of smaller requests.
         if conv.sent is not None:
             previous, conv.sent = conv.sent, None
