@@ -65,7 +65,7 @@ from .strategies._horizon import cut_at_horizon, default_horizon
 from .strategies.hard_truncate import HardTruncate
 from .strategies.pipeline import default_pipelines
 from .tokens._base import TokenCounter
-from .tokens._calibrate import CalibratedCounter
+from .tokens._calibrate import CalibratedCounter, uncorrected
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -191,7 +191,7 @@ class ContextEngine:
         # A calibrated counter's correction changes as usage reports arrive. The engine counts with
         # the uncorrected inner counter, whose counts never change (so the per-message counts
         # and totals an EngineState carries stay valid), and scales each call's budget instead.
-        self._units: TokenCounter = counter.inner if isinstance(counter, CalibratedCounter) else counter
+        self._units, _ = uncorrected(counter)
         self.thresholds = thresholds or Thresholds()
         self.budget = max(int((window - reserve) * (1.0 - safety_margin)), 1)
         self.timeout = timeout

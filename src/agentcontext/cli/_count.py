@@ -15,6 +15,7 @@ from .. import models
 from .._intake import InstructionTokens, ToolTokens
 from ..messages import tool_call_index, tool_name_for
 from ..tokens import CalibratedCounter, TokenCounter
+from ..tokens._calibrate import uncorrected
 from . import Consoles
 from ._common import add_model_options, model_from
 from ._io import FORMATS, KEEP_UNKNOWN_HELP, InputError, read_request
@@ -89,14 +90,13 @@ def _counters(
     Counts are taken uncorrected and corrected once, on the total, as the engine does (`ContextEngine.count`).
     """
     counter = models.counter_for(spec, calibrated=True)
-    if not isinstance(counter, CalibratedCounter):
-        return counter, counter, int
-    if counter.correction != 1.0:
+    units, correct = uncorrected(counter)
+    if isinstance(counter, CalibratedCounter) and counter.correction != 1.0:
         io.err.print(
             f"note: {spec.name} is counted by estimate, times {counter.correction:g} for what its provider "
             "is known to bill beyond it (the model's estimate_ratio)"
         )
-    return counter, counter.inner, counter.correct
+    return counter, units, correct
 
 
 def run(args: argparse.Namespace, io: Consoles) -> int:

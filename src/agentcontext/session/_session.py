@@ -85,7 +85,7 @@ from ..exceptions import (
 )
 from ..messages import Message, new_id
 from ..tokens._base import TokenCounter
-from ..tokens._calibrate import CalibratedCounter
+from ..tokens._calibrate import uncorrected
 from ._dmail import answer_dmail_call
 from ._recall import RecallSources, answer_recall_call, parse_recall_ref, recall_text
 from ._records import (
@@ -718,9 +718,8 @@ class Session:
             )
             sent, self._last_report = report or self._last_report, None
         if sent is not None and self._engine is not None:
-            feed_usage(
-                self._engine, sent, prompt_tokens
-            )  # logged: an engine's failure never undoes the record
+            # Never raises (logged): an engine's failure must not undo the record just written.
+            feed_usage(self._engine, sent, prompt_tokens)
 
     @property
     def tokens(self) -> int:
@@ -738,7 +737,7 @@ class Session:
             raise ConfigError("counting tokens needs a counter: pass engine= or counter= to Session.open")
         # A calibrated counter's correction moves with usage (any session's, when they share an
         # engine): the memo keeps the uncorrected count, corrected when read.
-        units = counter.inner if isinstance(counter, CalibratedCounter) else counter
+        units, correct = uncorrected(counter)
         with self._log.lock:
             view = self._log.view
             # A pure function of the records and the counter (a restored session gives the same
@@ -752,7 +751,7 @@ class Session:
                 covered, reported, counted = view.length, 0, units.count_messages(view.snapshot())
             counted += sum(units.count_message(view.items[i]) for i in range(covered, view.length))
             self._log.token_memo = (view.length, reported, counted)
-        return reported + (counter.correct(counted) if isinstance(counter, CalibratedCounter) else counted)
+        return reported + correct(counted)
 
     @property
     def last_usage(self) -> UsageRecord | None:

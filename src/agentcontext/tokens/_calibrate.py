@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..exceptions import ConfigError, UsageError
 from ..messages import JSONValue, Message
 from ._base import BaseTokenCounter, TokenCounter
 
-__all__ = ["Calibration", "CalibratedCounter"]
+__all__ = ["Calibration", "CalibratedCounter", "uncorrected"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,3 +268,19 @@ class CalibratedCounter:
 
     def __repr__(self) -> str:
         return f"CalibratedCounter({self._inner!r}, correction={self._correction:.4f})"
+
+
+def uncorrected(counter: TokenCounter) -> tuple[TokenCounter, Callable[[int], int]]:
+    """Counts of ``counter`` that never move, and how to correct a total of them into ``counter``'s.
+
+    For a `CalibratedCounter`: its inner counter and `CalibratedCounter.correct` (applied once, on the
+    total, when read), so that counts kept between reads stay valid when the correction moves. For any
+    other counter: itself, and nothing to correct.
+    """
+    if isinstance(counter, CalibratedCounter):
+        return counter.inner, counter.correct
+    return counter, _same
+
+
+def _same(tokens: int) -> int:
+    return tokens
