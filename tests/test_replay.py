@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -9,6 +10,7 @@ from types import FrameType
 import pytest
 
 import agentcontext.replay as replay_module
+from agentcontext import models
 from agentcontext.engine import ContextEngine
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, MessageView
@@ -76,10 +78,10 @@ def test_the_incremental_figures_equal_a_recomputation_at_every_call(
     prefixes: list[int] = []
     original = replay_module._shared_prefix
 
-    def spy(*args: object) -> tuple[int, int]:
-        common, system = original(*args)  # type: ignore[arg-type]
+    def spy(*args: object) -> tuple[int, int, int]:
+        common, previous_prefix, system = original(*args)  # type: ignore[arg-type]
         prefixes.append(common)
-        return common, system
+        return common, previous_prefix, system
 
     monkeypatch.setattr(replay_module, "_shared_prefix", spy)
     result = replay(messages, engine())
@@ -134,3 +136,27 @@ def test_the_history_is_given_as_a_view_not_a_copy() -> None:
 
     replay(conversation(3), Recording(window=3_000, reserve=500, counter=WordCounter()))
     assert seen and set(seen) == {MessageView}
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_a_prompt_that_only_grew_reads_the_previous_request_from_an_anthropic_cache(with_tools: bool) -> None:
+    """Claude caches up to a breakpoint at the end of each request: a call that only appended reads all of
+    the previous request from the cache and writes only what is new, so caching costs less than not."""
+    messages = make_conversation(5, rounds=30, steps=(1, 3), huge_share=0.0)
+    model = models.get("claude-sonnet-4-5")
+    assert model.cache_style == "explicit_breakpoints"
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+    eng = ContextEngine(model=model, window=200_000, reserve=4_000)
+    result = replay(messages, eng, tools=tools if with_tools else None)
+    assert not any(r.compacted for r in result.records)  # every call only grew
+    large = [(previous, r) for previous, r in itertools.pairwise(result.records) if previous.tokens >= 1_100]
+    assert len(large) >= 10
+    for previous, record in large:
+        assert record.cached >= previous.tokens - 10  # the previous request, less its reply priming
+        assert record.cached + record.written == record.tokens
+    assert result.input_cost_cached is not None and result.input_cost is not None
+    assert result.input_cost_cached < 0.5 * result.input_cost
+    # In the provider's tokens: the estimate scaled by what is known of Claude's tokenizer.
+    last = result.records[-1]
+    assert last.tokens == eng.count(messages[: last.index], tools=tools if with_tools else None)
+    assert result.over_budget == 0

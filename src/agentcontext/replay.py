@@ -28,6 +28,7 @@ from .exceptions import ContextOverflowError
 from .invariants import ConversationChecker
 from .messages import JSONValue, Message, MessageView
 from .summarizers._identifiers import arguments_text, extract_identifiers
+from .tokens._calibrate import uncorrected
 
 if TYPE_CHECKING:
     from .models import ModelSpec
@@ -76,7 +77,7 @@ class CallRecord:
     index: int
     """Index of the assistant message this call produced."""
     tokens: int
-    """Prompt tokens sent."""
+    """Prompt tokens sent, as the provider bills them (the engine's count with its correction, if any)."""
     level: Level
     compacted: bool
     cached: int
@@ -228,6 +229,10 @@ def replay(
     )
     style: CacheModel = spec.cache_style if spec is not None else "none"
     counter = engine.counter
+    # The engine's reports count in its counter's uncorrected units; each call's figures are
+    # scaled once to what the provider bills (Claude's ~1.2x over the estimate, say), so the
+    # tokens, the budget check, the cache and the costs are in the provider's tokens.
+    units, correct = uncorrected(counter)
     items = list(messages)
     retention = _Retention() if identifiers else None
     validity = _Validity()
@@ -263,20 +268,23 @@ def replay(
         extends = not report.compacted and _extends(previous, out)
         if validity.invalid(previous, out, extends):
             result.violations += 1
-        if report.tokens_after > budget:
+        tokens = correct(report.tokens_after)
+        if tokens > budget:
             result.over_budget += 1
-        common, system = _shared_prefix(previous, out, counter, previous_tokens, report, extends)
+        common, previous_prefix, system = _shared_prefix(
+            previous, out, units, previous_tokens, report, extends
+        )
         cached, written = cached_tokens(
             style=style,
-            prompt=report.tokens_after,
-            common_prefix=common,
-            previous_prompt=previous_tokens,
-            system=system,
+            prompt=tokens,
+            common_prefix=correct(common),
+            previous_prompt=correct(previous_prefix),
+            system=correct(system),
         )
         result.records.append(
             CallRecord(
                 index=stop,
-                tokens=report.tokens_after,
+                tokens=tokens,
                 level=report.level,
                 compacted=report.compacted,
                 cached=cached,
@@ -342,25 +350,31 @@ def _shared_prefix(
     previous_tokens: int,
     report: Report,
     extends: bool,
-) -> tuple[int, int]:
-    """Tokens of the longest common prefix (by message id) with the previous call, and of the system prompt.
+) -> tuple[int, int, int]:
+    """Tokens of the prefix shared with the previous call, of the previous call's prefix, and of the
+    system prompt's, each counting what precedes the messages (the tool definitions and instructions,
+    sent unchanged at every call) and none counting the reply priming.
 
-    When the prompt only grew, the whole previous prompt is the shared prefix (its
-    messages, without the reply priming and the tool definitions counted in it).
+    Counted in one unit so a call that only grew shares the whole previous prefix, as
+    an Anthropic cache breakpoint at the end of the previous request needs. (Counting
+    the shared part without the tools but the previous prompt with them made that
+    comparison fail at every call: replay showed no cache reads for Claude.)
     """
-    system = 0
+    beside = report.tool_tokens + report.instruction_tokens
+    previous_prefix = max(previous_tokens - counter.count_messages(()), 0) if previous else 0
+    system = beside
     for m in out:
         if m.role != "system":
             break
         system += counter.count_message(m)
     if extends:
-        return previous_tokens - counter.count_messages(()) - report.tool_tokens, system
-    common = 0
+        return previous_prefix, previous_prefix, system
+    common = beside if previous else 0
     for a, b in zip(previous, out, strict=False):
         if a.id != b.id:
             break
         common += counter.count_message(a)
-    return common, system
+    return common, previous_prefix, system
 
 
 class _Retention:
