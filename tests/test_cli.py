@@ -632,3 +632,37 @@ def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tm
     counted = run("count", str(request), "--model", "claude-sonnet-4-5", "--keep-unknown", "--json")
     assert counted.returncode == 0 and "'thinking' blocks" in counted.stderr, counted.stderr
     assert json.loads(counted.stdout)["tokens"] > 8_000
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_fit_keeps_a_cut_tool_output_only_where_its_reference_can_be_read(tmp_path: Path, keep: bool) -> None:
+    """A one-shot fit ends with its process: a reference to an in-memory store would send the model after
+    text no one can read. With --artifacts the reference resolves to the full output on disk."""
+    from agentcontext.artifacts import FileArtifactStore
+
+    output = "\n".join(f"line {i}: value_{i} in src/pkg/mod_{i}.py" for i in range(3_000))
+    messages = [
+        {"role": "user", "content": "run the tests"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": output},
+    ]
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    store = tmp_path / "artifacts"
+    flags = ["--artifacts", str(store)] if keep else []
+    proc = run("fit", str(path), "--model", "gpt-4o", "--window", "8000", *flags)
+    assert proc.returncode == 0, proc.stderr
+    cut = json.loads(proc.stdout.splitlines()[-1])["content"]
+    assert len(cut) < len(output) // 10
+    given = int(proc.stderr.split(": ", 1)[1].split(" -> ")[0].replace(",", ""))
+    assert given > 40_000  # the line starts from the input as given, not from after the cut
+    if keep:
+        ref = "artifact:sha256:" + cut.split("artifact:sha256:")[1][:64]
+        assert FileArtifactStore(store).get(ref) == output
+    else:
+        assert "artifact:" not in cut and "the full output was not kept" in cut
+        assert not store.exists()

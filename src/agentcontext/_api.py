@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from ._report import Report
 from .compaction import Action, Compaction
@@ -150,7 +150,7 @@ class Engine(Protocol):
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -164,7 +164,7 @@ class Engine(Protocol):
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -179,7 +179,7 @@ class Engine(Protocol):
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -194,7 +194,7 @@ class Engine(Protocol):
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ._api import EngineState, _Floor
 from .compaction import Action, is_observation, is_user_request
@@ -75,7 +75,7 @@ def count_new(
     strict: bool,
     reply_overhead: int,
     commit: bool,
-    artifacts: ArtifactStore | None,
+    artifacts: ArtifactStore | Literal[False] | None,
     horizon: int | None = None,
 ) -> Counted:
     """Repair, truncate and count what is new since ``state``'s call; O(new messages).
@@ -178,7 +178,7 @@ def ingest_all(
     *,
     truncator: ObservationTruncator | None,
     counter: TokenCounter,
-    artifacts: ArtifactStore | None,
+    artifacts: ArtifactStore | Literal[False] | None,
 ) -> tuple[list[Message], list[int]]:
     """Cut tool outputs (and observations, `is_observation`) over the ingest limit (when there is a truncator) and count every message."""
     if truncator is None:
@@ -193,7 +193,7 @@ def ingest_within(
     *,
     truncator: ObservationTruncator | None,
     counter: TokenCounter,
-    artifacts: ArtifactStore | None,
+    artifacts: ArtifactStore | Literal[False] | None,
 ) -> tuple[list[Message], list[int], int]:
     """Truncate and count ``messages``, but only the newest ``horizon`` tokens of them exactly.
 
@@ -266,7 +266,7 @@ def truncate_new(
     actions: list[Action],
     truncator: ObservationTruncator,
     counter: TokenCounter,
-    artifacts: ArtifactStore | None,
+    artifacts: ArtifactStore | Literal[False] | None,
 ) -> tuple[list[Message], list[int]]:
     """Cut tool outputs over the ingest limit (the full text goes to the artifact store); count each message.
 
@@ -276,7 +276,9 @@ def truncate_new(
     message is counted (that doubled the first prepare of a long history). The
     others are counted together (`tokens.count_all`).
     """
-    if artifacts is not None and artifacts is not truncator.store:
+    if artifacts is False:
+        truncator = dataclasses.replace(truncator, store=None)
+    elif artifacts is not None and artifacts is not truncator.store:
         truncator = dataclasses.replace(truncator, store=artifacts)
     out: list[Message] = []
     looked: dict[int, int] = {}
@@ -305,7 +307,12 @@ def truncate_new(
                     replacement_ids=(short.id,),
                     tokens_before=before,
                     tokens_after=after,
-                    reason="tool output over the ingest limit; the full text is in the artifact store",
+                    reason="tool output over the ingest limit; "
+                    + (
+                        "the full text is in the artifact store"
+                        if result.ref is not None
+                        else "the full text was not kept (no artifact store)"
+                    ),
                     refs=(str(result.ref),) if result.ref is not None else (),
                 )
             )

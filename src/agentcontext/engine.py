@@ -100,7 +100,7 @@ class _Call:
     recallable: bool
     correction: float = 1.0
     """The calibrated counter's correction this call was judged with (1.0 uncalibrated)."""
-    artifacts: ArtifactStore | None = None
+    artifacts: ArtifactStore | Literal[False] | None = None
     """Where ingest truncation keeps full tool outputs for this call."""
 
     @property
@@ -262,7 +262,7 @@ class ContextEngine:
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -283,7 +283,10 @@ class ContextEngine:
             state: this conversation's `Prepared.state` from its previous call (default:
                 the state of this engine's previous call made without ``state=``).
             artifacts: where ingest truncation keeps full tool outputs for this call
-                (a session passes its own; default: the truncator's store).
+                (a session passes its own; default: the truncator's store). False keeps them
+                nowhere, and the cut outputs say the full text was not kept: for a one-shot
+                fit whose process ends with it (``agentcontext fit``), where a reference to
+                an in-memory store would send the model after text no one can read.
             fill: a one-shot fit: compact only when over the budget, and then only to fill
                 it (less a small margin, or to this share of it: ``fill=0.9``), instead of down to
                 the target a running agent uses.
@@ -317,7 +320,7 @@ class ContextEngine:
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -344,7 +347,7 @@ class ContextEngine:
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -376,7 +379,7 @@ class ContextEngine:
         tools: ToolDefinitions | None = None,
         instructions: str | None = None,
         state: EngineState | None = None,
-        artifacts: ArtifactStore | None = None,
+        artifacts: ArtifactStore | Literal[False] | None = None,
         fill: bool | float = False,
         recallable: bool = False,
     ) -> Prepared:
@@ -596,7 +599,7 @@ class ContextEngine:
         state: EngineState | None,
         *,
         commit: bool,
-        artifacts: ArtifactStore | None,
+        artifacts: ArtifactStore | Literal[False] | None,
         horizon: int | None = None,
     ) -> Counted:
         return count_new(
@@ -621,7 +624,7 @@ class ContextEngine:
         state: EngineState | None,
         tools: ToolDefinitions | None,
         instructions: str | None,
-        artifacts: ArtifactStore | None,
+        artifacts: ArtifactStore | Literal[False] | None,
         *,
         budget: int | None,
         minimum: Level,

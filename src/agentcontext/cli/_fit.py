@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from .._thresholds import Thresholds
+from ..artifacts import FileArtifactStore
 from ..exceptions import ConfigError
 from . import EXIT_FALLBACK, Consoles
 from ._common import (
@@ -83,6 +84,13 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
         action="store_true",
         help=KEEP_UNKNOWN_HELP,
     )
+    p.add_argument(
+        "--artifacts",
+        metavar="DIR",
+        help="keep the full text of tool outputs cut at ingest in DIR, under the artifact:sha256:... "
+        "references the cut outputs name (read one back with agentcontext.artifacts.FileArtifactStore(DIR)"
+        ".get(ref)); without it the full text is not kept, and the cut outputs say so",
+    )
     p.set_defaults(handler=run)
 
 
@@ -116,6 +124,10 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
                 )
             notes.append(f"one-shot fit: compaction fills {args.target:.0%} of the budget (--target)")
         engine = engine_from(args, strict=args.strict, thresholds=Thresholds(), spec=spec)
+        # Not the engine's in-memory store: it ends with this process.
+        artifacts: FileArtifactStore | Literal[False] = (
+            FileArtifactStore(args.artifacts) if args.artifacts else False
+        )
         with activity.step(f"fitting {len(request.messages):,} messages into {engine.budget:,} tokens"):
             try:
                 prepared = engine.prepare(
@@ -123,6 +135,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
                     tools=request.counted_tools,
                     instructions=request.instructions,
                     fill=fill,
+                    artifacts=artifacts,
                 )
             except SummarizerFailed as exc:
                 io.err.print(
@@ -157,8 +170,10 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
         f"system prompt {report.instruction_tokens:,}" if report.instruction_tokens else "",
     ]
     tools = "".join(f", {b}" for b in beside if b)
+    # The report counts the input after ingest cuts; the line starts from the input as given.
+    given = report.tokens_before + sum(a.tokens_saved for a in report.actions if a.strategy == "ingest")
     io.err.print(
-        f"{plain(request.source)} ({request.describe()}): {report.tokens_before:,} -> {report.tokens_after:,} "
+        f"{plain(request.source)} ({request.describe()}): {given:,} -> {report.tokens_after:,} "
         f"tokens (budget {report.budget:,}{tools}, level {report.level.label}): {summary_line(report)}"
     )
     for text in [*notes, *report.notes]:
