@@ -825,6 +825,24 @@ def test_the_newest_tool_output_stays_verbatim_when_it_alone_is_over_the_kept_sh
     assert "step 0" in prepared.messages[1].text  # the older steps are in the summary
 
 
+def test_a_running_agent_keeps_every_newest_step_when_each_takes_two_fifths_of_the_budget() -> None:
+    # Each step alone is about 40% of the budget: beside it, the summary gets less than the share it
+    # asks for. Summarizing the step instead (the split with the most room) lost the output the model
+    # had just asked for at every other call, and at every call later on: a read loop.
+    msgs = _large_steps(0)
+    engine = ContextEngine(counter=COUNTER, window=1_800, reserve=300, truncator=None)
+    compacted = 0
+    for step in _large_steps(40)[2:]:
+        msgs.append(step)
+        if step.role != "tool":
+            continue
+        prepared = engine.prepare(msgs)
+        compacted += prepared.report.compacted
+        assert prepared.messages[-2:] == msgs[-2:], f"the newest step was lost at {len(msgs)} messages"
+        assert prepared.report.tokens_after <= prepared.report.budget
+    assert compacted >= 15
+
+
 def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     # The newest-step rule is for a share; a caller who asked for no rounds gets none.
     msgs = _large_steps(3)

@@ -183,7 +183,7 @@ def plan_summary(
         )
     known = want is not None
     share = want if want is not None else strategy.summary_share * ctx.target
-    candidates = _candidates(strategy, msgs, suffix, h, points, ctx, share)
+    candidates, newest = _candidates(strategy, msgs, suffix, h, points, ctx, share)
     head_tokens = sum(counts[i] for i in head_idx)
     # What every split keeps: when that alone leaves no room, say so at once rather than trying every split.
     floor = (
@@ -233,6 +233,16 @@ def plan_summary(
             + (ack_tokens if needs_ack else 0)
         )
         room = ctx.target - used
+        if p == newest:
+            # The newest step, when it alone is over the share to keep, is what the agent reads next.
+            # A summary with less room than it asks for costs older detail; summarizing the step costs
+            # the agent a re-read of what it just read, and the same again at every step as large (a
+            # read loop). So the step stays whenever the summary gets a twentieth of the target, even
+            # past the target, within the budget: a step that large makes every step compact anyway.
+            least = max(strategy.min_summary_tokens, ctx.target // 20)
+            if used + least <= ctx.budget:
+                best = (p, max(room, least), needs_ack)
+                break
         if room < strategy.min_summary_tokens:
             continue
         if room >= want:
@@ -268,8 +278,9 @@ def _candidates(
     points: Sequence[int],
     ctx: CompactionContext,
     summary_room: float,
-) -> list[int]:
-    """Split points that keep at most the newest share (or the last rounds), earliest (most kept) first.
+) -> tuple[list[int], int | None]:
+    """Split points that keep at most the newest share (or the last rounds), earliest (most kept) first,
+    and the split keeping only the newest step when that step alone is over the share (else None).
 
     A split at a user turn comes first when it keeps at least half of that share:
     a summary then covers whole exchanges. A user turn near the very end (an
@@ -295,9 +306,11 @@ def _candidates(
     newest = next((p for p in reversed(points) if p < n), None)
     if strategy.keep_rounds is None and newest is not None and all(p == n for p in preferred):
         # The newest step alone is over the share (a large tool output): it is what the agent reads
-        # next, so it stays verbatim when the target leaves the summary its room, rather than a
-        # split at the very end summarizing the result of the call the model just made.
+        # next, so it is tried first, rather than a split at the very end summarizing the result of
+        # the call the model just made.
         preferred = [newest, *preferred]
+    else:
+        newest = None
     at_user = [p for p in preferred if p < n and is_user_request(msgs[p]) and suffix[p] >= keep / 2]
     users = set(at_user)
-    return at_user + [p for p in preferred if p not in users]
+    return at_user + [p for p in preferred if p not in users], newest
