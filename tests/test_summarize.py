@@ -20,6 +20,7 @@ from agentcontext.strategies import Tiered
 from agentcontext.strategies._base import CompactionContext, CompactionResult, Strategy, SummaryRequest
 from agentcontext.strategies.hard_truncate import HardTruncate
 from agentcontext.strategies.summarize import Summarize, summary_text
+from agentcontext.strategies.token_budget import TokenBudget
 from agentcontext.summarizers import ExtractiveSummarizer
 from agentcontext.testing import ScriptedSummarizer, WordCounter
 from agentcontext.tokens import TiktokenCounter
@@ -500,20 +501,51 @@ def test_a_cooldown_never_outlasts_the_message_it_counts_from() -> None:
     assert len(requests) == 1 and result.actions[0].kind == "summarized"
 
 
-def test_the_engine_counts_fallbacks_and_token_budget_takes_over() -> None:
+@pytest.mark.parametrize("failure", [SummarizerError("HTTP 429"), "I'm sorry, but I can't help with that."])
+def test_a_summary_the_summarizer_did_not_deliver_is_written_offline_and_keeps_the_users_requests(
+    failure: object,
+) -> None:
+    # The next tier (dropping the oldest rounds) kept only the first and the latest request: one
+    # rate-limited summary call lost every instruction the user gave between them, for good (the
+    # engine goes on from what it returned).
     msgs = agent_run(10)
     counter = WordCounter()
     total = counter.count_messages(msgs)
-    summarizer = ScriptedSummarizer(replies=[SummarizerError("down")])
+    summarizer = ScriptedSummarizer(replies=[failure])
     engine = ContextEngine(
         window=int(total / 0.8), reserve=0, counter=counter, summarizer=summarizer, truncator=None
     )
     prepared = engine.prepare(msgs)
-    kinds = [a.kind for a in prepared.report.actions]
-    assert "fallback" in kinds and "dropped" in kinds
-    assert engine.stats.summarizer_failures == 1
-    assert engine.stats.fallbacks == {"summarizer_error": 1}
+    fallback, summarized = prepared.report.actions
+    assert fallback.kind == "fallback" and summarized.kind == "summarized"
+    assert "did not deliver" in summarized.reason
+    assert fallback.fallback is not None and engine.stats.fallbacks == {fallback.fallback.value: 1}
+    assert engine.stats.summarizer_failures == (1 if isinstance(failure, Exception) else 0)
+    sent = "\n".join(m.text for m in prepared.messages)
+    assert all(f"Request {k}: please fix module {k}" in sent for k in range(10))
     assert prepared.report.tokens_after <= prepared.report.target
+
+
+def test_with_cooldown_mode_skip_a_failed_summary_leaves_the_next_tier_to_drop_rounds() -> None:
+    msgs = agent_run(10)
+    counter = WordCounter()
+    total = counter.count_messages(msgs)
+    pipelines = {
+        level: Tiered(tiers=(Summarize(cooldown_mode="skip"), TokenBudget()))
+        for level in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY)
+    }
+    engine = ContextEngine(
+        window=int(total / 0.8),
+        reserve=0,
+        counter=counter,
+        summarizer=ScriptedSummarizer(replies=[SummarizerError("down")]),
+        pipelines=pipelines,  # type: ignore[arg-type]
+        truncator=None,
+    )
+    prepared = engine.prepare(msgs)
+    kinds = [a.kind for a in prepared.report.actions]
+    assert "fallback" in kinds and "dropped" in kinds and "summarized" not in kinds
+    assert engine.stats.fallbacks == {"summarizer_error": 1}
 
 
 # ----------------------------------------------------------------------------- identifiers

@@ -247,6 +247,18 @@ class FallbackReason(str, Enum):
         return self.value
 
 
+SUMMARIZER_FAILURES: frozenset[FallbackReason] = frozenset(
+    {
+        FallbackReason.SUMMARIZER_ERROR,
+        FallbackReason.BACKING_OFF,
+        FallbackReason.EMPTY_SUMMARY,
+        FallbackReason.UNUSABLE_SUMMARY,
+        FallbackReason.TIMEOUT,
+    }
+)
+"""Fallbacks that mean the summarizer did not deliver (as opposed to a strategy judging a summary not worth it)."""
+
+
 ActionKind: TypeAlias = Literal[
     "truncated",  # a tool output was cut at ingest; the full text went to the artifact store
     "masked",  # an old tool result was replaced by a placeholder

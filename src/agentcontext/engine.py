@@ -146,7 +146,8 @@ class ContextEngine:
             estimate (default: the model's ``estimate_margin``, else 0).
         timeout: seconds one `prepare` may spend waiting for summaries (default 60); what
             is left of it is each summary request's deadline, and a summary that cannot come
-            back in time is given up (the next tier takes over and the report says why).
+            back in time is given up (the summary is written offline instead, and the report
+            says why).
             None: no deadline beyond the summarizer's own.
         horizon: tokens, counted back from the newest message, that the strategies see when they
             compact (default ``"auto"``: eight budgets, at least 1,000,000 tokens and at least what
@@ -538,7 +539,7 @@ class ContextEngine:
         if self.stats.calls <= self._summary_skip_until:
             raise SummarizerBackoff(
                 f"the summarizer failed {self._summary_failures} time(s) in a row; it is not called again "
-                f"before prepare call {self._summary_skip_until + 1} (backoff), so the next strategy takes over"
+                f"before prepare call {self._summary_skip_until + 1} (backoff)"
             )
         if deadline is not None:
             left = deadline - time.monotonic()

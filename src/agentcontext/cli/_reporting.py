@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._report import Report
-from ..compaction import Action, FallbackReason
+from ..compaction import SUMMARIZER_FAILURES, Action, FallbackReason
 from ..messages import JSONValue, Message
 
 __all__ = [
@@ -27,20 +27,11 @@ __all__ = [
 MAX_RANGES = 20
 """Ranges of input positions listed per group of actions in the bounded report."""
 
-SUMMARIZER_FAILURES = frozenset(
-    {
-        FallbackReason.SUMMARIZER_ERROR,
-        FallbackReason.BACKING_OFF,
-        FallbackReason.EMPTY_SUMMARY,
-        FallbackReason.TIMEOUT,
-    }
-)
-"""Fallbacks that mean the summarizer did not deliver (as opposed to a strategy judging a summary not worth it)."""
-
 _WHY: Mapping[FallbackReason, str] = {
     FallbackReason.SUMMARIZER_ERROR: "the summarizer failed or its reply was rejected",
     FallbackReason.BACKING_OFF: "the summarizer was not called: it failed recently and is backing off",
     FallbackReason.EMPTY_SUMMARY: "the summarizer returned nothing usable",
+    FallbackReason.UNUSABLE_SUMMARY: "the summarizer's reply was a refusal or an error message",
     FallbackReason.NOT_SMALLER: "a summary would not have been smaller than what it replaces",
     FallbackReason.OVER_TARGET: "the result would still have been over the target",
     FallbackReason.NO_ROOM: "the messages that must stay left no room for a summary",

@@ -60,8 +60,8 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
 
     Normal masks old tool results (keep 3) when that frees enough, summarizes
     the oldest part (the newest 30% kept verbatim, the user's messages kept in
-    the ledger) and, should the summary fall back, drops the oldest rounds to
-    the target. Aggressive keeps one recent result, shortens old tool-call
+    the ledger; written offline when the summarizer fails) and, should a summary
+    not help, drops the oldest rounds to the target. Aggressive keeps one recent result, shortens old tool-call
     arguments and keeps 20% verbatim. Emergency (at or over the limit) tries a
     summary too, chunked so the summarizer never sees more than it can read,
     before hard truncation guarantees the fit.

@@ -10,10 +10,14 @@ the covered part, verbatim (the ledger), and, when the next kept message is a
 user turn, a short assistant acknowledgement so roles still alternate.
 
 A summary is used only when it is not empty, the result is smaller than the
-input and it reaches the engine's target. Otherwise, and whenever the
-summarizer fails, the strategy changes nothing, records a ``"fallback"`` action
-saying why, and the next tier (token budget, or hard truncation) takes over.
-Error text never becomes a summary.
+input and it reaches the engine's target. When the summarizer does not deliver
+(it fails, times out, is backing off, or answers with a refusal or an error
+page), the summary is written offline instead by the extractive summarizer, and
+a ``"fallback"`` action says why: the next tier would drop the oldest rounds and
+the user's requests between them. Otherwise (no room, nothing new, a summary not
+worth it, or ``cooldown_mode="skip"``) the strategy changes nothing, records a
+``"fallback"`` action saying why, and the next tier (token budget, or hard
+truncation) takes over. Error text never becomes a summary.
 
 Where each agent step adds more than the free space under the limits holds,
 every step needs compacting. A cooldown (`Summarize.cooldown_steps`) then keeps
@@ -24,12 +28,14 @@ summarizer runs at most once every few steps and nothing loops.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from ..compaction import (
+    SUMMARIZER_FAILURES,
     SYNTHETIC_KINDS,
     Action,
     FallbackReason,
@@ -159,7 +165,8 @@ class Summarize:
             LLM summarizer would otherwise be called at nearly every step (peers'
             compaction loops); this caps it at one call per ``cooldown_steps`` steps.
             Default 4; 0 disables it.
-        cooldown_mode: what a step in the cooldown does. ``"offline"`` (default)
+        cooldown_mode: what a step in the cooldown, or a summary the summarizer did not
+            deliver, does. ``"offline"`` (default)
             updates the summary with an `ExtractiveSummarizer` (default settings, the
             engine's counter), without a model call: an LLM summary's words are kept
             (up to half the room) and what the new steps brought is added, so nothing
@@ -243,7 +250,25 @@ class Summarize:
                     f"{self.cooldown_steps}-step cooldown that keeps it from running at every step",
                 )
             plan = self._plan(msgs, counts, ctx, lang)
-            result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+            try:
+                result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+            except SummaryFallback as fb:
+                if not self._offline_instead(fb, age, ctx):
+                    raise
+                # The summarizer did not deliver: the summary is written offline instead, so that
+                # the next tier (dropping the oldest rounds) does not take the user's requests and
+                # everything the agent learned with it. Its age is 0, so the steps of the cooldown
+                # after it stay offline too, as the engine backs off from the failing summarizer.
+                age = 0
+                result = yield from self._run(msgs, counts, total, plan, ctx, lang, age, failed=fb)
+                failure = Action(
+                    kind="fallback",
+                    strategy=self.name,
+                    message_ids=(),
+                    reason=f"{fb}; summarized offline instead",
+                    fallback=fb.code,
+                )
+                result = dataclasses.replace(result, actions=(failure, *result.actions))
             if ctx.fill and (ctx.offline_summaries or age is not None):
                 result = yield from self._refill(msgs, counts, total, plan, result, ctx, lang, age)
         except SummaryFallback as fb:
@@ -253,6 +278,15 @@ class Summarize:
             )
             return CompactionResult(messages=msgs, actions=(action,), tokens=total, note=reason)
         return result
+
+    def _offline_instead(self, fb: SummaryFallback, age: int | None, ctx: CompactionContext) -> bool:
+        """Whether a summary the summarizer did not deliver is written offline instead (see `cooldown_mode`)."""
+        return (
+            fb.code in SUMMARIZER_FAILURES
+            and age is None
+            and not ctx.offline_summaries
+            and self.cooldown_mode == "offline"
+        )
 
     def _cooling(self, msgs: tuple[Message, ...]) -> int | None:
         """How many agent steps ago the summarizer last ran, when that is under `cooldown_steps`; else None.
@@ -389,6 +423,7 @@ class Summarize:
         ctx: CompactionContext,
         lang: Language,
         age: int | None,
+        failed: SummaryFallback | None = None,
     ) -> CompactionFlow:
         previous = next(
             (msgs[i] for i in reversed(plan.evicted) if kind_of(msgs[i]) is MessageKind.SUMMARY), None
@@ -454,7 +489,9 @@ class Summarize:
                 result = retry
         out, summary, missing, ack = result
         actions = [
-            self._summarized(msgs, counts, covered, summary, ack, previous, plan, expected, missing, age, ctx)
+            self._summarized(
+                msgs, counts, covered, summary, ack, previous, plan, expected, missing, age, ctx, failed
+            )
         ]
         if dropped:
             actions.append(
@@ -522,17 +559,20 @@ class Summarize:
         missing: list[str],
         age: int | None,
         ctx: CompactionContext,
+        failed: SummaryFallback | None = None,
     ) -> Action:
         """The report of a summary: what it covers, what it kept, what it missed."""
         n = len(covered)
+        if failed is not None:
+            offline = f" offline (the summarizer did not deliver: {failed.code})"
+        elif age is not None:
+            offline = f" offline (the summarizer ran {age} step{'s' if age != 1 else ''} ago: cooldown)"
+        else:
+            offline = ""
         reason = (
             f"{n} oldest message{'s' if n != 1 else ''} summarized"
             + (" with the previous summary folded in" if previous is not None else "")
-            + (
-                f" offline (the summarizer ran {age} step{'s' if age != 1 else ''} ago: cooldown)"
-                if age is not None
-                else ""
-            )
+            + offline
             + f"; {len(plan.ledger)} user/system message(s) kept verbatim after it"
             + f"; identifiers kept {len(expected) - len(missing)}/{len(expected)}"
             + (
