@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections import Counter
 from typing import Any
 
@@ -17,6 +18,7 @@ from agentcontext.formats import anthropic
 from agentcontext.formats import openai as oai
 from agentcontext.invariants import check_messages
 from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from agentcontext.tokens import TiktokenCounter
 from realdata import conversation_files, load
 from strategies import canonical_conversations, json_junk, junk_anthropic_dicts
 
@@ -481,3 +483,33 @@ def test_a_message_the_engine_changed_is_written_from_its_fields_the_others_as_t
     assert back[:2] == CLAUDE_CODE_MESSAGES[:2]
     assert back[2]["content"][0] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "[masked]"}
     assert back[2]["content"][1] == CLAUDE_CODE_MESSAGES[2]["content"][1]
+
+
+@pytest.mark.parametrize(
+    ("block", "read"),
+    [
+        ({"type": "thinking", "thinking": "step one, then step two " * 200, "signature": "c2ln"}, "thinking"),
+        ({"type": "thinking", "thinking": "", "signature": "RXh0ZW5kZWQ" * 300}, "signature"),  # omitted
+        ({"type": "redacted_thinking", "data": "RW5jcnlwdGVk" * 300}, "data"),
+    ],
+)
+def test_thinking_carried_by_keep_is_counted_while_it_is_sent(block: dict[str, str], read: str) -> None:
+    # Claude reads its thinking back (every earlier turn's from Opus 4.5 and Sonnet 4.6 on; the current
+    # turn's, a whole tool loop, on every model). Counted as 0, a proxy in front of Claude Code
+    # forwarded 101k tokens into a 28k budget.
+    wire = [
+        {"role": "user", "content": "fix the bug"},
+        {"role": "assistant", "content": [block, {"type": "text", "text": "Let me look."}]},
+    ]
+    counter = TiktokenCounter("o200k_base")
+    with pytest.warns(ConversionWarning, match="thinking blocks are counted"):
+        kept = anthropic.to_messages(wire, unknown="keep")
+    plain = anthropic.to_messages([wire[0], {"role": "assistant", "content": "Let me look."}])
+    extra = counter.count_message(kept[1]) - counter.count_message(plain[1])
+    assert extra == counter.count_text(block[read])
+    # Once the engine changes the message, the block is no longer sent, nor counted.
+    changed = kept[1].evolve(content="Let me look again.")
+    assert block["type"] not in json.dumps(anthropic.from_messages([kept[0], changed])[1])
+    assert counter.count_message(changed) == counter.count_message(
+        plain[1].evolve(content="Let me look again.")
+    )

@@ -326,6 +326,21 @@ def _carries_wire(value: object, message_id: str) -> bool:
     return isinstance(value, Mapping) and "wire" in value and value.get("id") == message_id
 
 
+def carried_texts(message: Message) -> list[str]:
+    """Text a provider reads in the wire form a converter carried for ``message`` (``unknown="keep"``)
+    beyond what agentcontext models: the ``"counted"`` list of its metadata entry ``{"id": <this id>,
+    "wire": ..., "counted": [...]}`` (an Anthropic thinking block's text, say). Counters count it
+    while the wire form stands, that is while the message is the one it came with."""
+    out: list[str] = []
+    for value in message.metadata.values():
+        if _carries_wire(value, message.id):
+            assert isinstance(value, Mapping)
+            counted = value.get("counted")
+            if isinstance(counted, list | tuple):
+                out.extend(t for t in counted if isinstance(t, str))
+    return out
+
+
 def _rebuild_message(
     role: Role,
     content: str | tuple[ContentPart, ...] | None,

@@ -134,7 +134,8 @@ class Request:
 
 KEEP_UNKNOWN_HELP = (
     "carry content agentcontext does not model (Anthropic thinking and document blocks, other parts) "
-    "through unchanged instead of refusing it; it is not counted, and a note names each kind"
+    "through unchanged instead of refusing it; thinking blocks are counted, the rest is not, and a note "
+    "names each kind"
 )
 """The help of ``--keep-unknown`` (`fit`, `count`): ``unknown="keep"`` for `read_request`."""
 

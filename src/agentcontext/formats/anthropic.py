@@ -329,9 +329,9 @@ def to_messages(
             `InvalidMessageError`; ``"keep"`` carries each message's wire blocks
             whole in ``metadata["anthropic"]``, so that `from_messages` writes a
             message the engine did not change back exactly as it came (its
-            ``cache_control`` breakpoints and thinking blocks included). What is not
-            modelled is not counted: a `ConversionWarning` names each kind once
-            (a previous turn's thinking is not billed by Anthropic anyway).
+            ``cache_control`` breakpoints and thinking blocks included). Thinking
+            blocks are counted (Claude reads them back); the rest of what is not
+            modelled is not: a `ConversionWarning` names each kind once.
         previous_id: the id of the message these follow (chains the ids), so a
             growing list can be converted a batch at a time, as with
             `agentcontext.formats.responses.to_messages`; None (default) starts a conversation.
@@ -397,7 +397,7 @@ def to_messages(
             "Anthropic "
             + "; ".join(sorted(chain.kept))
             + ": not modelled by agentcontext, so kept as sent for "
-            "the messages it does not change, and not counted",
+            "the messages it does not change; thinking blocks are counted, the rest is not",
             ConversionWarning,
             stacklevel=2,
         )
@@ -445,6 +445,30 @@ def _modelled_blocks(blocks: Sequence[object], kept: set[str]) -> list[object]:
     return out
 
 
+def _thinking_texts(wire: JSONValue) -> list[JSONValue]:
+    """What the model reads of the thinking blocks in ``wire``, for counters (`messages.carried_texts`).
+
+    Claude reads its thinking blocks back: every earlier turn's from Claude Opus 4.5 and Sonnet 4.6
+    on, and on every model those of the current turn, which in an agent's tool loop is every step
+    since the user last wrote. Counted as 0 (the seeds' and our earlier assumption that a previous
+    turn's thinking is not billed), a Claude Code loop through a proxy sent 101k tokens into a 28k
+    budget. A block whose text is omitted (``display: "omitted"``) or redacted carries the thinking
+    encrypted in its ``signature`` or ``data``: its length stands in for it, an overestimate (base64
+    of encrypted text) where an underestimate would have the provider refuse the request.
+    """
+    out: list[JSONValue] = []
+    for block in wire if isinstance(wire, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "thinking":
+            text = block.get("thinking")
+            out.append(text if isinstance(text, str) and text else block.get("signature") or "")
+        elif kind == "redacted_thinking":
+            out.append(block.get("data") or "")
+    return [t for t in out if isinstance(t, str) and t]
+
+
 def _modelled_system(system: object, kept: set[str]) -> object:
     if isinstance(system, list | tuple):
         return [b for b in _modelled_blocks(system, kept) if b is not None]
@@ -477,7 +501,12 @@ class _Chain:
         meta = dict(metadata or {})
         if self.keep and original is not None:
             # The wire blocks this message came from, whole: written back as they were while its id stands.
-            meta[KEY] = {"id": message_id, "wire": json_value(original, index=index, field="content")}
+            wire = json_value(original, index=index, field="content")
+            entry: dict[str, JSONValue] = {"id": message_id, "wire": wire}
+            counted = _thinking_texts(wire)
+            if counted:
+                entry["counted"] = counted
+            meta[KEY] = entry
         try:
             message = Message(
                 id=message_id,

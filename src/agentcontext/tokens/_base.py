@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..exceptions import ConfigError, InvalidMessageError, UsageError
-from ..messages import ImagePart, JSONValue, Message
+from ..messages import ImagePart, JSONValue, Message, carried_texts
 from ._images import ImageProvider, image_tokens
 from ._tools import render_tools
 
@@ -466,6 +466,8 @@ class BaseTokenCounter(ABC):
                 n += fmt.per_tool_call + text(call.name) + text(call.arguments)
             if len(calls) > 1:
                 n += fmt.parallel_tool_calls
+        if m.metadata:
+            n += sum(text(t) for t in carried_texts(m))
         return n
 
     def _store(self, items: Sequence[tuple[str, int]]) -> None:
