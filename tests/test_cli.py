@@ -632,3 +632,33 @@ def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tm
     counted = run("count", str(request), "--model", "claude-sonnet-4-5", "--keep-unknown", "--json")
     assert counted.returncode == 0 and "'thinking' blocks" in counted.stderr, counted.stderr
     assert json.loads(counted.stdout)["tokens"] > 8_000
+
+
+# ----------------------------------------------------------------------------- what a new user met
+
+
+SMALL = [
+    {"role": "user", "content": "list the files"},
+    {"role": "assistant", "content": "README.md setup.py"},
+    {"role": "user", "content": "thanks"},
+]
+
+
+def small_file(tmp_path: Path, items: list[dict[str, object]] = SMALL) -> str:
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in items), encoding="utf-8")
+    return str(path)
+
+
+def test_malformed_json_is_called_truncated_only_when_it_ends_early(tmp_path: Path) -> None:
+    lines = [json.dumps(m) for m in SMALL]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:2], '{"role": "user", "content": "unclosed', lines[2]]) + "\n")
+    proc = run("count", str(broken), "--model", "gpt-4o")
+    assert_one_line_error(proc, 3, "line 3", "not closed")
+    assert "truncated" not in proc.stderr and "at at" not in proc.stderr
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(SMALL)[:40], encoding="utf-8")
+    proc = run("count", str(cut), "--model", "gpt-4o")
+    assert_one_line_error(proc, 3, "truncated")
+    assert "at at" not in proc.stderr
