@@ -650,6 +650,18 @@ def small_file(tmp_path: Path, items: list[dict[str, object]] = SMALL) -> str:
     return str(path)
 
 
+def test_replay_exits_4_when_calls_cannot_fit(tmp_path: Path) -> None:
+    f = small_file(tmp_path, [{"role": "system", "content": "rule " * 1500}, *SMALL])
+    for command in ("fit", "replay"):
+        proc = run(command, f, "--model", "gpt-4o", "--window", "1000")
+        assert proc.returncode == 4, (command, proc.stderr)
+        assert "does not fit" in proc.stderr
+    as_json = run("replay", f, "--model", "gpt-4o", "--window", "1000", "--json")
+    data = json.loads(as_json.stdout)
+    assert as_json.returncode == 4 and data["overflows"] == data["calls"] == 1
+    assert data["output_cost_usd"] == 0  # nothing was sent, so nothing came back
+
+
 def test_malformed_json_is_called_truncated_only_when_it_ends_early(tmp_path: Path) -> None:
     lines = [json.dumps(m) for m in SMALL]
     broken = tmp_path / "broken.jsonl"
