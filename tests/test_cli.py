@@ -650,6 +650,37 @@ def small_file(tmp_path: Path, items: list[dict[str, object]] = SMALL) -> str:
     return str(path)
 
 
+def test_count_takes_the_window_given_for_a_known_model(tmp_path: Path) -> None:
+    f = small_file(tmp_path)
+    data = json.loads(run("count", f, "--model", "gpt-4o", "--window", "5000", "--json").stdout)
+    assert data["context_window"] == 5_000
+    assert data["share_of_window"] == round(data["tokens"] / 5_000, 4)
+    assert "5,000-token window" in run("count", f, "--model", "gpt-4o", "--window", "5000").stdout
+    assert "gpt-4o's 128,000-token window" in run("count", f, "--model", "gpt-4o").stdout
+
+
+def test_a_model_name_matched_only_by_its_prefix_is_named(tmp_path: Path) -> None:
+    f = small_file(tmp_path)
+    proc = run("count", f, "--model", "gpt-4-1-mini")
+    assert proc.returncode == 0
+    assert "'gpt-4-1-mini' is not in the registry; counted as 'gpt-4' (8,192-token window, cl100k_base)" in (
+        proc.stderr
+    )
+    for dated in ("gpt-4o-2024-08-06", "claude-sonnet-4-5-20250929", "openai/gpt-4o"):
+        assert "not in the registry" not in run("count", f, "--model", dated).stderr, dated
+    fitted = run("fit", f, "--model", "gpt-4o")
+    assert fitted.returncode == 0 and "tokens for gpt-4o (budget" in fitted.stderr
+
+
+def test_a_missing_tokenizer_file_is_invalid_input(tmp_path: Path) -> None:
+    proc = run(
+        "count", small_file(tmp_path), "--model", "gpt-4o", "--tokenizer", "hf:/missing/tokenizer.json"
+    )
+    assert_one_line_error(proc, 3, "--tokenizer", "/missing/tokenizer.json")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "2 bad command-line usage" in readme  # `--window 0` exits 2, as documented
+
+
 def test_replay_exits_4_when_calls_cannot_fit(tmp_path: Path) -> None:
     f = small_file(tmp_path, [{"role": "system", "content": "rule " * 1500}, *SMALL])
     for command in ("fit", "replay"):
