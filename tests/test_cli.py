@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -670,6 +671,34 @@ def test_a_model_name_matched_only_by_its_prefix_is_named(tmp_path: Path) -> Non
         assert "not in the registry" not in run("count", f, "--model", dated).stderr, dated
     fitted = run("fit", f, "--model", "gpt-4o")
     assert fitted.returncode == 0 and "tokens for gpt-4o (budget" in fitted.stderr
+
+
+def test_errors_give_command_line_advice_not_python_arguments(tmp_path: Path) -> None:
+    from agentcontext.cli._errors import _CLI_WORDS
+
+    broken = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "x", "content": "orphan"}]
+    proc = run("fit", "-", "--model", "gpt-4o", "--strict", stdin=json.dumps(broken))
+    assert_one_line_error(proc, 3, "drop --strict")
+    missing = run("compact", str(tmp_path / "missing.jsonl"), "--model", "gpt-4o")
+    assert_one_line_error(missing, 3, "agentcontext import")
+    assert "=True" not in proc.stderr + missing.stderr
+    # Each phrase the command line rewords is still what the library says (string literals joined).
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "agentcontext").rglob("*.py"))
+    joined = re.sub(r'"\s*\n\s*f?"', "", source)
+    for python, _ in _CLI_WORDS:
+        assert python in joined, python
+
+
+def test_inspect_reports_every_good_session_and_each_bad_one(session_file: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not a session\n", encoding="utf-8")
+    proc = run("inspect", str(session_file), str(bad), str(session_file), "--model", "gpt-4o", "--json")
+    assert proc.returncode == 3
+    assert [d["session"] for d in json.loads(proc.stdout)] == [str(session_file)] * 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("agentcontext: error:")]
+    assert len(errors) == 1 and str(bad) in errors[0]
+    table = run("inspect", str(session_file), str(bad), "--model", "gpt-4o")
+    assert table.returncode == 3 and "2 sessions" not in table.stdout and str(session_file) in table.stdout
 
 
 def test_a_missing_tokenizer_file_is_invalid_input(tmp_path: Path) -> None:
