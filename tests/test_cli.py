@@ -673,6 +673,30 @@ def test_a_model_name_matched_only_by_its_prefix_is_named(tmp_path: Path) -> Non
     assert fitted.returncode == 0 and "tokens for gpt-4o (budget" in fitted.stderr
 
 
+def test_replay_and_import_keep_unknown_blocks(tmp_path: Path) -> None:
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "x"}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "system": "be brief",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(body), encoding="utf-8")
+    session = tmp_path / "s.jsonl"
+    assert_one_line_error(run("replay", str(request), "--model", "claude-sonnet-4-5"), 3, "--keep-unknown")
+    assert_one_line_error(run("import", str(request), str(session)), 3, "--keep-unknown")
+    replayed = run("replay", str(request), "--model", "claude-sonnet-4-5", "--keep-unknown", "--json")
+    assert replayed.returncode == 0 and json.loads(replayed.stdout)["calls"] == 2
+    assert run("import", str(request), str(session), "--keep-unknown").returncode == 0
+    exported = json.loads(run("export", str(session), "--format", "anthropic").stdout)
+    assert exported["messages"][1]["content"][0] == thinking  # kept in the session, written back
+
+
 def test_errors_give_command_line_advice_not_python_arguments(tmp_path: Path) -> None:
     from agentcontext.cli._errors import _CLI_WORDS
 

@@ -16,7 +16,7 @@ from ..strategies import MaskObservations, SlidingWindow, Strategy, TokenBudget
 from . import EXIT_FALLBACK, EXIT_UNFIT, Consoles
 from ._common import add_model_options, add_summarizer_options, engine_from, model_from
 from ._errors import SummarizerFailed
-from ._io import FORMATS, read_request
+from ._io import FORMATS, KEEP_UNKNOWN_HELP, read_request
 from ._progress import Activity
 from ._text import plain
 
@@ -63,6 +63,7 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     )
     p.add_argument("--plot", metavar="FILE.png", help="draw context tokens per call (needs the plot extra)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON for scripts")
+    p.add_argument("--keep-unknown", action="store_true", help=KEEP_UNKNOWN_HELP)
     p.set_defaults(handler=run)
 
 
@@ -123,6 +124,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
             args.conversation,
             fmt=args.format,
             progress=activity.reading(args.conversation),
+            unknown="keep" if args.keep_unknown else "raise",
         )
         messages = request.messages
         calls = sum(1 for i, m in enumerate(messages) if m.role == "assistant" and i > 0)

@@ -144,6 +144,13 @@ Examples:
     p.add_argument("conversation", help="the conversation file (- for stdin)")
     p.add_argument("session", help="the new session: a .jsonl path or a database URL")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
+    p.add_argument(
+        "--keep-unknown",
+        action="store_true",
+        help="keep content agentcontext does not model (Anthropic thinking and document blocks, other parts) "
+        "in the session with its message, not counted; `export --format anthropic` writes it back as it "
+        "came for each message no compaction changed",
+    )
     p.set_defaults(handler=run_import)
 
     p = sub.add_parser(
@@ -453,6 +460,7 @@ def run_import(args: argparse.Namespace, io: Consoles) -> int:
             args.conversation,
             fmt=args.format,
             progress=activity.reading(args.conversation),
+            unknown="keep" if args.keep_unknown else "raise",
         )
     messages = list(request.messages)
     notes = list(request.notes)
