@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -666,3 +667,128 @@ def test_fit_keeps_a_cut_tool_output_only_where_its_reference_can_be_read(tmp_pa
     else:
         assert "artifact:" not in cut and "the full output was not kept" in cut
         assert not store.exists()
+
+
+# ----------------------------------------------------------------------------- what a new user met
+
+
+SMALL = [
+    {"role": "user", "content": "list the files"},
+    {"role": "assistant", "content": "README.md setup.py"},
+    {"role": "user", "content": "thanks"},
+]
+
+
+def small_file(tmp_path: Path, items: list[dict[str, object]] = SMALL) -> str:
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in items), encoding="utf-8")
+    return str(path)
+
+
+def test_count_takes_the_window_given_for_a_known_model(tmp_path: Path) -> None:
+    f = small_file(tmp_path)
+    data = json.loads(run("count", f, "--model", "gpt-4o", "--window", "5000", "--json").stdout)
+    assert data["context_window"] == 5_000
+    assert data["share_of_window"] == round(data["tokens"] / 5_000, 4)
+    assert "5,000-token window" in run("count", f, "--model", "gpt-4o", "--window", "5000").stdout
+    assert "gpt-4o's 128,000-token window" in run("count", f, "--model", "gpt-4o").stdout
+
+
+def test_a_model_name_matched_only_by_its_prefix_is_named(tmp_path: Path) -> None:
+    f = small_file(tmp_path)
+    proc = run("count", f, "--model", "gpt-4-1-mini")
+    assert proc.returncode == 0
+    assert "'gpt-4-1-mini' is not in the registry; counted as 'gpt-4' (8,192-token window, cl100k_base)" in (
+        proc.stderr
+    )
+    for dated in ("gpt-4o-2024-08-06", "claude-sonnet-4-5-20250929", "openai/gpt-4o"):
+        assert "not in the registry" not in run("count", f, "--model", dated).stderr, dated
+    fitted = run("fit", f, "--model", "gpt-4o")
+    assert fitted.returncode == 0 and "tokens for gpt-4o (budget" in fitted.stderr
+
+
+def test_replay_and_import_keep_unknown_blocks(tmp_path: Path) -> None:
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "x"}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "system": "be brief",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(body), encoding="utf-8")
+    session = tmp_path / "s.jsonl"
+    assert_one_line_error(run("replay", str(request), "--model", "claude-sonnet-4-5"), 3, "--keep-unknown")
+    assert_one_line_error(run("import", str(request), str(session)), 3, "--keep-unknown")
+    replayed = run("replay", str(request), "--model", "claude-sonnet-4-5", "--keep-unknown", "--json")
+    assert replayed.returncode == 0 and json.loads(replayed.stdout)["calls"] == 2
+    assert run("import", str(request), str(session), "--keep-unknown").returncode == 0
+    exported = json.loads(run("export", str(session), "--format", "anthropic").stdout)
+    assert exported["messages"][1]["content"][0] == thinking  # kept in the session, written back
+
+
+def test_errors_give_command_line_advice_not_python_arguments(tmp_path: Path) -> None:
+    from agentcontext.cli._errors import _CLI_WORDS
+
+    broken = [{"role": "user", "content": "go"}, {"role": "tool", "tool_call_id": "x", "content": "orphan"}]
+    proc = run("fit", "-", "--model", "gpt-4o", "--strict", stdin=json.dumps(broken))
+    assert_one_line_error(proc, 3, "drop --strict")
+    missing = run("compact", str(tmp_path / "missing.jsonl"), "--model", "gpt-4o")
+    assert_one_line_error(missing, 3, "agentcontext import")
+    assert "=True" not in proc.stderr + missing.stderr
+    # Each phrase the command line rewords is still what the library says (string literals joined).
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "agentcontext").rglob("*.py"))
+    joined = re.sub(r'"\s*\n\s*f?"', "", source)
+    for python, _ in _CLI_WORDS:
+        assert python in joined, python
+
+
+def test_inspect_reports_every_good_session_and_each_bad_one(session_file: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not a session\n", encoding="utf-8")
+    proc = run("inspect", str(session_file), str(bad), str(session_file), "--model", "gpt-4o", "--json")
+    assert proc.returncode == 3
+    assert [d["session"] for d in json.loads(proc.stdout)] == [str(session_file)] * 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("agentcontext: error:")]
+    assert len(errors) == 1 and str(bad) in errors[0]
+    table = run("inspect", str(session_file), str(bad), "--model", "gpt-4o")
+    assert table.returncode == 3 and "2 sessions" not in table.stdout and str(session_file) in table.stdout
+
+
+def test_a_missing_tokenizer_file_is_invalid_input(tmp_path: Path) -> None:
+    proc = run(
+        "count", small_file(tmp_path), "--model", "gpt-4o", "--tokenizer", "hf:/missing/tokenizer.json"
+    )
+    assert_one_line_error(proc, 3, "--tokenizer", "/missing/tokenizer.json")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "2 bad command-line usage" in readme  # `--window 0` exits 2, as documented
+
+
+def test_replay_exits_4_when_calls_cannot_fit(tmp_path: Path) -> None:
+    f = small_file(tmp_path, [{"role": "system", "content": "rule " * 1500}, *SMALL])
+    for command in ("fit", "replay"):
+        proc = run(command, f, "--model", "gpt-4o", "--window", "1000")
+        assert proc.returncode == 4, (command, proc.stderr)
+        assert "does not fit" in proc.stderr
+    as_json = run("replay", f, "--model", "gpt-4o", "--window", "1000", "--json")
+    data = json.loads(as_json.stdout)
+    assert as_json.returncode == 4 and data["overflows"] == data["calls"] == 1
+    assert data["output_cost_usd"] == 0  # nothing was sent, so nothing came back
+
+
+def test_malformed_json_is_called_truncated_only_when_it_ends_early(tmp_path: Path) -> None:
+    lines = [json.dumps(m) for m in SMALL]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:2], '{"role": "user", "content": "unclosed', lines[2]]) + "\n")
+    proc = run("count", str(broken), "--model", "gpt-4o")
+    assert_one_line_error(proc, 3, "line 3", "not closed")
+    assert "truncated" not in proc.stderr and "at at" not in proc.stderr
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(SMALL)[:40], encoding="utf-8")
+    proc = run("count", str(cut), "--model", "gpt-4o")
+    assert_one_line_error(proc, 3, "truncated")
+    assert "at at" not in proc.stderr

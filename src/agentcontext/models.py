@@ -174,16 +174,24 @@ def get(name: str) -> ModelSpec:
             closest names.
         ConfigError: ``name`` is not a non-empty string.
     """
+    return _resolve(name)[0]
+
+
+def _resolve(name: str) -> tuple[ModelSpec, bool]:
+    """`get`, and whether the name matched only by its family prefix (step 3 of the module docstring).
+
+    The command line names such a match, which may carry the wrong figures (``gpt-4-1-mini`` is ``gpt-4``).
+    """
     key = _as_key(name)
     snapshot = _snapshot
     spec = snapshot.index.get(key)
     if spec is not None:
-        return spec
+        return spec, False
     forms = _normal_forms(key)
     for form in forms:
         spec = snapshot.index.get(form)
         if spec is not None:
-            return spec
+            return spec, False
     best: str | None = None
     for form in forms:
         for family in _prefixes(form):
@@ -191,7 +199,7 @@ def get(name: str) -> ModelSpec:
                 best = family
                 break
     if best is not None:
-        return snapshot.index[best]
+        return snapshot.index[best], True
     raise UnknownModelError(name, _suggest(forms or [key], snapshot))
 
 

@@ -518,4 +518,4 @@ def _costs(result: ReplayResult, spec: ModelSpec | None) -> None:
         cost += (plain * spec.input_price + r.cached * cached_price + r.written * write_price) / per
     result.input_cost_cached = cost
     if spec.output_price is not None:
-        result.output_cost = sum(r.output for r in result.records) * spec.output_price / per
+        result.output_cost = sum(r.output for r in result.records if not r.overflow) * spec.output_price / per

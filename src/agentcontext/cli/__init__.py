@@ -39,9 +39,10 @@ from ..exceptions import (
     StorePermissionError,
     UsageError,
 )
+from ._errors import cli_words
 from ._text import one_line, plain
 
-__all__ = ["EXIT_FALLBACK", "EXIT_INVALID", "EXIT_UNFIT", "Consoles", "main", "plain"]
+__all__ = ["EXIT_FALLBACK", "EXIT_INVALID", "EXIT_UNFIT", "Consoles", "explain", "main", "plain", "say_error"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -130,15 +131,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return handler(args, Consoles(out=out, err=err))
-    except ContextOverflowError as exc:
-        _fail(err, args, f"does not fit: {exc}")
-        return EXIT_UNFIT
-    except UsageError as exc:
-        _fail(err, args, str(exc))
-        return EXIT_INVALID
-    except StoreError as exc:
+    except KeyboardInterrupt:
+        _fail(err, args, "interrupted")
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK  # e.g. `agentcontext fit ... | head`
+    except Exception as exc:
+        code, message = explain(exc)
+        _fail(err, args, message)
+        return code
+
+
+def explain(exc: Exception) -> tuple[int, str]:
+    """The exit code and the one-line message for an error a command did not handle itself."""
+    if isinstance(exc, ContextOverflowError):
+        return EXIT_UNFIT, f"does not fit: {exc}"
+    if isinstance(exc, UsageError):
+        return EXIT_INVALID, str(exc)
+    if isinstance(exc, StoreError):
         # A missing, misplaced or unreadable session file is bad input; other store failures are not.
-        _fail(err, args, str(exc))
         bad_input = (
             SessionNotFoundError,
             NotASessionError,
@@ -146,28 +158,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             StorePermissionError,
             SessionLockedError,
         )
-        return EXIT_INVALID if isinstance(exc, bad_input) else EXIT_FAILURE
-    except AgentContextError as exc:
-        _fail(err, args, str(exc))
-        return EXIT_FAILURE
-    except RecursionError:
+        return EXIT_INVALID if isinstance(exc, bad_input) else EXIT_FAILURE, str(exc)
+    if isinstance(exc, AgentContextError):
+        return EXIT_FAILURE, str(exc)
+    if isinstance(exc, RecursionError):
         # Data nested deeper than Python's stack (a crafted file): bad input, not a crash.
-        _fail(
-            err, args, "the input is nested too deeply to process (thousands of levels of arrays or objects)"
+        return (
+            EXIT_INVALID,
+            "the input is nested too deeply to process (thousands of levels of arrays or objects)",
         )
-        return EXIT_INVALID
-    except MemoryError:
-        _fail(err, args, "out of memory")
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        _fail(err, args, "interrupted")
-        return 130
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_OK  # e.g. `agentcontext fit ... | head`
-    except Exception as exc:  # the last line of defence: one line, no traceback unless --debug
-        _fail(err, args, f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)")
-        return EXIT_FAILURE
+    if isinstance(exc, MemoryError):
+        return EXIT_FAILURE, "out of memory"
+    # The last line of defence: one line, no traceback unless --debug.
+    return EXIT_FAILURE, f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)"
 
 
 def _quiet_stdout() -> None:
@@ -183,7 +186,12 @@ def _quiet_stdout() -> None:
 def _fail(err: Console, args: argparse.Namespace, message: str) -> None:
     if getattr(args, "debug", False):
         traceback.print_exc()
-    err.print(f"agentcontext: error: {one_line(message) or 'failed'}")
+    say_error(err, message)
+
+
+def say_error(err: Console, message: str) -> None:
+    """Print an error as the command line does: one line, in command-line words (`cli_words`)."""
+    err.print(f"agentcontext: error: {one_line(cli_words(message)) or 'failed'}")
 
 
 def run() -> None:

@@ -12,7 +12,7 @@ from .. import models
 from .._thresholds import Thresholds
 from ..compaction import Level, SummaryRequest
 from ..engine import ContextEngine
-from ..exceptions import ConfigError, UnknownModelError, UsageError
+from ..exceptions import ConfigError, TokenizerError, UnknownModelError, UsageError
 from ..models import ModelSpec
 from ..strategies import Strategy
 from ..summarizers import AnthropicSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
@@ -26,6 +26,7 @@ __all__ = [
     "model_from",
     "ratio",
     "tokens",
+    "window_from",
 ]
 
 
@@ -145,6 +146,11 @@ def add_model_options(
 def model_from(args: argparse.Namespace) -> tuple[ModelSpec, str | None]:
     """The model the options name, and a note for the user when it is not the registry's own.
 
+    A name that matches a registered model only by its prefix (``gpt-4-1-mini`` is
+    ``gpt-4``) gets a note naming what it was counted as; a dated or routed name
+    (``gpt-4o-2024-08-06``, ``openrouter/...``) does not. ``--window`` overrides a
+    known model's window (`window_from`).
+
     A name the registry does not know is accepted with ``--window``: it becomes a
     spec of its own, counted with ``--tokenizer`` or, by default, the estimator
     (which errs high, with a 10% safety margin). ``--tokenizer`` on a known model
@@ -152,7 +158,7 @@ def model_from(args: argparse.Namespace) -> tuple[ModelSpec, str | None]:
 
     Raises:
         UsageError: an unknown name without ``--window`` (names close matches and how to go on).
-        ConfigError: an unknown tokenizer name.
+        ConfigError: an unknown tokenizer name, or a tokenizer file that is missing or corrupt.
     """
     name: str | None = getattr(args, "model", None)
     window: int | None = getattr(args, "window", None)
@@ -160,11 +166,23 @@ def model_from(args: argparse.Namespace) -> tuple[ModelSpec, str | None]:
     if tokenizer is not None:
         from ..tokens import counter_for_tokenizer
 
-        counter_for_tokenizer(tokenizer)  # checks the name (and loads it) before any work
+        try:
+            counter_for_tokenizer(tokenizer)  # checks the name (and loads it) before any work
+        except TokenizerError as exc:  # a file the user named is missing or corrupt: bad input
+            raise ConfigError(f"--tokenizer {tokenizer}: {exc}") from exc
     spec: ModelSpec | None = None
+    resolved: str | None = None
     if name is not None:
         try:
-            spec = models.get(name)
+            spec, by_prefix = models._resolve(name)
+            if by_prefix:
+                size = (
+                    f"window {window:,} from --window" if window else f"{spec.context_window:,}-token window"
+                )
+                resolved = (
+                    f"model {name!r} is not in the registry; counted as {spec.name!r} ({size}, "
+                    f"{spec.tokenizer}) by its prefix"
+                )
         except UnknownModelError as exc:
             if window is None:
                 hint = f" Did you mean {', '.join(map(repr, exc.suggestions))}?" if exc.suggestions else ""
@@ -174,11 +192,12 @@ def model_from(args: argparse.Namespace) -> tuple[ModelSpec, str | None]:
                 ) from None
     if spec is not None:
         if tokenizer is None or tokenizer.removeprefix("tiktoken:") == spec.tokenizer:
-            return spec, None
+            return spec, resolved
         replaced = dataclasses.replace(
             spec, tokenizer=tokenizer, estimate_margin=0.1 if tokenizer == "estimate" else 0.0
         )
-        return replaced, f"{spec.name}: counting with {tokenizer} (--tokenizer) instead of {spec.tokenizer}"
+        instead = f"{spec.name}: counting with {tokenizer} (--tokenizer) instead of {spec.tokenizer}"
+        return replaced, f"{resolved}; {instead}" if resolved else instead
     if window is None:
         raise ConfigError("--model or --window is needed: name a model, or give the window of your own")
     chosen = tokenizer or "estimate"
@@ -196,6 +215,12 @@ def model_from(args: argparse.Namespace) -> tuple[ModelSpec, str | None]:
         else f"the {chosen} tokenizer"
     )
     return custom, f"{custom.name} is not in the model registry: window {window:,} tokens, counted with {how}"
+
+
+def window_from(args: argparse.Namespace, spec: ModelSpec) -> int:
+    """The window a command works with: ``--window``, else the model's (as `ContextEngine` takes it)."""
+    window: int | None = getattr(args, "window", None)
+    return spec.context_window if window is None else window
 
 
 # ----------------------------------------------------------------------------- the summarizer

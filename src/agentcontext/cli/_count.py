@@ -17,7 +17,7 @@ from ..messages import tool_call_index, tool_name_for
 from ..tokens import CalibratedCounter, TokenCounter
 from ..tokens._calibrate import uncorrected
 from . import Consoles
-from ._common import add_model_options, model_from
+from ._common import add_model_options, model_from, window_from
 from ._io import FORMATS, KEEP_UNKNOWN_HELP, InputError, read_request
 from ._progress import Activity
 from ._text import plain
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
             row[0] += 1
             row[1] += n
     largest = heapq.nlargest(5, range(len(msgs)), key=per.__getitem__)
-    window = spec.context_window
+    window = window_from(args, spec)
     result = {
         "file": request.source,
         "format": request.format,
@@ -197,8 +197,8 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
             share(tool_tokens),
         )
     io.out.print(table)
+    whose = f"{spec.name}'s" if window == spec.context_window else "the --window"
     io.out.print(
-        f"{len(msgs):,} messages, {total:,} tokens: {total / window:.1%} of {spec.name}'s "
-        f"{window:,}-token window."
+        f"{len(msgs):,} messages, {total:,} tokens: {total / window:.1%} of {whose} {window:,}-token window."
     )
     return 0

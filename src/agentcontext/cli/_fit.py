@@ -43,7 +43,7 @@ max_output_tokens) is the default --reserve.
 What happened goes to stderr in one line (and every fallback in plain words); --report writes it as
 JSON, grouped with counts and ranges (--report-full: every action with every message id).
 
-Exit codes: 0 fits; 3 invalid input; 4 cannot fit (the system prompt, the latest user message and
+Exit codes: 0 fits; 2 bad command-line usage; 3 invalid input; 4 cannot fit (the system prompt, the latest user message and
 the tools alone exceed the budget); 5 the summarizer you named failed (nothing written; pass
 --allow-fallback to fit without it).
 
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
     given = report.tokens_before + sum(a.tokens_saved for a in report.actions if a.strategy == "ingest")
     io.err.print(
         f"{plain(request.source)} ({request.describe()}): {given:,} -> {report.tokens_after:,} "
-        f"tokens (budget {report.budget:,}{tools}, level {report.level.label}): {summary_line(report)}"
+        f"tokens for {spec.name} (budget {report.budget:,}{tools}, level {report.level.label}): {summary_line(report)}"
     )
     for text in [*notes, *report.notes]:
         io.err.print(f"note: {plain(text)}")

@@ -137,7 +137,7 @@ KEEP_UNKNOWN_HELP = (
     "through unchanged instead of refusing it; thinking blocks are counted, the rest is not, and a note "
     "names each kind"
 )
-"""The help of ``--keep-unknown`` (`fit`, `count`): ``unknown="keep"`` for `read_request`."""
+"""The help of ``--keep-unknown`` (`fit`, `count`, `replay`): ``unknown="keep"`` for `read_request`."""
 
 
 def read_request(
@@ -170,7 +170,7 @@ def read_request(
         lineno, line = first
         start = line.lstrip()[:1]
         if start == "[":
-            data = reader.parse(reader.document(), lineno, whole=True)
+            data = reader.parse(reader.document(), lineno, whole=True, to_end=True)
             return _from_array(data, "json", source, fmt, unknown=unknown)
         if start != "{":
             raise InputError(
@@ -180,7 +180,7 @@ def read_request(
         try:
             head = reader.parse(line, lineno, whole=False)
         except _Incomplete:  # one JSON document over several lines (a pretty-printed body)
-            data = reader.parse(reader.document(), lineno, whole=True)
+            data = reader.parse(reader.document(), lineno, whole=True, to_end=True)
             return _from_object(data, source, fmt, unknown)
         second = reader.next_nonblank()
         if second is None:
@@ -188,7 +188,7 @@ def read_request(
         items: list[object] = [head]
         lines = [lineno]
         for n, text in _chain(second, reader):
-            items.append(reader.parse(text, n, whole=True))
+            items.append(reader.parse(text, n, whole=True, to_end=not text.endswith("\n")))
             lines.append(n)
         return _from_array(items, "jsonl", source, fmt, lines=lines, unknown=unknown)
 
@@ -316,8 +316,12 @@ class _Lines:
             self.progress(self.offset)
         return data
 
-    def parse(self, text: str | bytes, lineno: int, *, whole: bool) -> object:
-        """``text`` (starting at line ``lineno``) as one JSON value; errors name the line and column."""
+    def parse(self, text: str | bytes, lineno: int, *, whole: bool, to_end: bool = False) -> object:
+        """``text`` (starting at line ``lineno``) as one JSON value; errors name the line and column.
+
+        ``whole``: ``text`` must be one complete value (else `_Incomplete`); ``to_end``: it runs to the
+        end of the file, so a value that stops at its end is truncated (one line of several is not).
+        """
         try:
             value = json.loads(text, parse_constant=_no_constant)
         except UnicodeDecodeError as exc:
@@ -336,16 +340,27 @@ class _Lines:
         except json.JSONDecodeError as exc:
             if not whole and exc.msg != "Extra data":
                 raise _Incomplete from None
-            line = lineno + exc.lineno - 1
-            # A string cannot hold a raw line break, so an unterminated one runs to the end of the text.
-            ended = exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")
-            if ended and exc.msg != "Extra data":
+            where = f"line {lineno + exc.lineno - 1}, column {exc.colno}"
+            # Python's "Unterminated string starting at" and "Invalid control character at" end in "at".
+            problem = exc.msg.removesuffix(" at")
+            unclosed = problem.startswith("Unterminated string") and not to_end
+            if unclosed or (
+                problem.startswith("Invalid control") and exc.doc[exc.pos : exc.pos + 1] in "\r\n"
+            ):
+                # A JSON string cannot hold a raw line break: this one runs past the end of its line.
                 raise InputError(
-                    f"{self.source}: truncated: the JSON starting at line {lineno} ends before it is complete "
-                    f"({exc.msg} at line {line}, column {exc.colno})"
+                    f"{self.source}: not valid JSON at {where}: a string is not closed before the end of its "
+                    "line (a line break inside a string is written \\n)"
                 ) from None
-            where = f"line {line}, column {exc.colno}"
-            raise InputError(f"{self.source}: not valid JSON at {where}: {exc.msg}") from None
+            if problem.startswith("Invalid control"):
+                problem = "a raw control character inside a string (write a tab as \\t)"
+            ended = exc.pos >= len(exc.doc.rstrip()) or problem.startswith("Unterminated string")
+            if ended and exc.msg != "Extra data":
+                what = "truncated: the JSON starting at" if to_end else "the JSON on"
+                raise InputError(
+                    f"{self.source}: {what} line {lineno} ends before it is complete ({problem} at {where})"
+                ) from None
+            raise InputError(f"{self.source}: not valid JSON at {where}: {problem}") from None
         except ValueError as exc:
             # Python refuses integers of more than 4,300 digits (a denial-of-service guard).
             raise InputError(f"{self.source}: line {lineno}: a number too long to read ({exc})") from None

@@ -13,10 +13,10 @@ from rich.table import Table
 from ..compaction import Level
 from ..replay import ReplayResult, replay
 from ..strategies import MaskObservations, SlidingWindow, Strategy, TokenBudget
-from . import EXIT_FALLBACK, Consoles
+from . import EXIT_FALLBACK, EXIT_UNFIT, Consoles
 from ._common import add_model_options, add_summarizer_options, engine_from, model_from
 from ._errors import SummarizerFailed
-from ._io import FORMATS, read_request
+from ._io import FORMATS, KEEP_UNKNOWN_HELP, read_request
 from ._progress import Activity
 from ._text import plain
 
@@ -26,6 +26,9 @@ agent loop calls it. Prints model calls, compactions by level, peak and mean con
 sent, the share a provider's prompt cache would serve, the cost with and without caching, and the share
 of identifiers from evicted messages still in the context. No API key needed: the default summarizer is
 offline.
+
+Exit codes: 0 every call fit; 3 invalid input; 4 some calls could not fit the budget (the figures are
+still printed, without them); 5 the summarizer you named failed.
 
 Examples:
   agentcontext replay examples/django-11133.jsonl --model gpt-4o --window 16000
@@ -60,6 +63,7 @@ def register(sub: Any, formatter: Callable[[str], argparse.HelpFormatter]) -> No
     )
     p.add_argument("--plot", metavar="FILE.png", help="draw context tokens per call (needs the plot extra)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON for scripts")
+    p.add_argument("--keep-unknown", action="store_true", help=KEEP_UNKNOWN_HELP)
     p.set_defaults(handler=run)
 
 
@@ -117,7 +121,10 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
     results: dict[str, ReplayResult] = {}
     with Activity(io) as activity:
         request = read_request(
-            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+            args.conversation,
+            fmt=args.format,
+            progress=activity.reading(args.conversation),
+            unknown="keep" if args.keep_unknown else "raise",
         )
         messages = request.messages
         calls = sum(1 for i, m in enumerate(messages) if m.role == "assistant" and i > 0)
@@ -146,7 +153,7 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
     if args.json:
         payload = {name: r.to_dict() for name, r in results.items()}
         io.out.print(json.dumps(payload if args.compare else payload[names[0]], ensure_ascii=False))
-        return 0
+        return _unfit(results, io)
     first = results[names[0]]
     table = Table(
         title=(
@@ -163,4 +170,17 @@ def run(args: argparse.Namespace, io: Consoles) -> int:
     io.out.print(table)
     if args.plot:
         io.err.print(f"plot written to {plain(os.fspath(args.plot))}")
-    return 0
+    return _unfit(results, io)
+
+
+def _unfit(results: dict[str, ReplayResult], io: Consoles) -> int:
+    """Exit code 4, said on stderr, when some calls could not fit (as `fit` stops); else 0."""
+    worst = max(results.values(), key=lambda r: r.overflows)
+    if not worst.overflows:
+        return 0
+    io.err.print(
+        f"agentcontext: error: does not fit: {worst.overflows:,} of {worst.calls:,} model calls could not fit "
+        f"the budget of {worst.budget:,} tokens (the system prompt, the latest user message and the tools "
+        "alone exceed it); they are left out of the figures. Give a larger --window, or a smaller --reserve"
+    )
+    return EXIT_UNFIT

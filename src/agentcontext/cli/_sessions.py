@@ -26,7 +26,7 @@ from ..messages import JSONValue, Message, tool_call_index, tool_name_for
 from ..session import SCHEMA_VERSION, Checkpoint, CompactionRecord, Session, SessionWarning
 from ..session.stores._url import parse_location
 from ..session.stores.jsonl import legacy_error
-from . import EXIT_FALLBACK, Consoles
+from . import EXIT_FALLBACK, Consoles, explain, say_error
 from ._common import (
     add_model_options,
     add_summarizer_options,
@@ -144,6 +144,13 @@ Examples:
     p.add_argument("conversation", help="the conversation file (- for stdin)")
     p.add_argument("session", help="the new session: a .jsonl path or a database URL")
     p.add_argument("--format", choices=FORMATS, default="auto", help="the input's API (default: recognised)")
+    p.add_argument(
+        "--keep-unknown",
+        action="store_true",
+        help="keep content agentcontext does not model (Anthropic thinking and document blocks, other parts) "
+        "in the session with its message, not counted; `export --format anthropic` writes it back as it "
+        "came for each message no compaction changed",
+    )
     p.set_defaults(handler=run_import)
 
     p = sub.add_parser(
@@ -283,15 +290,25 @@ def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
     if note:
         io.err.print(f"note: {plain(note)}")
     engine = ContextEngine(spec, window=args.window)
+    failed = 0  # the worst exit code of a session that could not be inspected; the others are still reported
     with Activity(io) as activity, activity.step("inspecting", total=len(args.sessions)) as done:
         for i, path in enumerate(args.sessions):
-            results.append(inspect_one(path, engine=engine, err=io.err))
+            try:
+                results.append(inspect_one(path, engine=engine, err=io.err))
+            except Exception as exc:
+                if len(args.sessions) == 1:
+                    raise
+                code, message = explain(exc)
+                failed = max(failed, code)
+                say_error(io.err, message if path in message else f"{path}: {message}")
             done(i + 1)
+    if not results:
+        return failed
     if args.json:
         dicts = [r.to_dict() for r in results]
-        io.out.print(json.dumps(dicts if len(dicts) > 1 else dicts[0], ensure_ascii=False))
-        return 0
-    if len(results) > 1:
+        io.out.print(json.dumps(dicts if len(args.sessions) > 1 else dicts[0], ensure_ascii=False))
+        return failed
+    if len(args.sessions) > 1:
         table = Table(title=f"{len(results)} sessions ({results[0].model})")
         for col in ("session", "messages", "tokens", "level", "checkpoints", "compactions"):
             table.add_column(col, justify="left" if col == "session" else "right")
@@ -305,7 +322,7 @@ def run_inspect(args: argparse.Namespace, io: Consoles) -> int:
                 str(len(r.compactions)),
             )
         io.out.print(table)
-        return 0
+        return failed
     r = results[0]
     io.out.print(
         f"{plain(r.path)}: {r.messages:,} messages in view, {r.status.tokens:,} tokens for {r.model}"
@@ -440,7 +457,10 @@ def run_import(args: argparse.Namespace, io: Consoles) -> int:
     """Write a conversation file as a new session."""
     with Activity(io) as activity:
         request = read_request(
-            args.conversation, fmt=args.format, progress=activity.reading(args.conversation)
+            args.conversation,
+            fmt=args.format,
+            progress=activity.reading(args.conversation),
+            unknown="keep" if args.keep_unknown else "raise",
         )
     messages = list(request.messages)
     notes = list(request.notes)
