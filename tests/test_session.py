@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentcontext.compaction import MessageKind, kind_of
 from agentcontext.engine import ContextEngine, Prepared
 from agentcontext.exceptions import (
     ConcurrencyError,
@@ -950,3 +951,23 @@ def test_real_conversations_restore_exactly_and_keep_every_original(tmp_path: Pa
             assert again.message(m.id) == m
         again.close()
     assert compacted >= len(entries) // 3  # the long ones were compacted at 8k
+
+
+def test_a_summary_and_a_removal_note_name_the_reference_that_reads_back_what_they_stand_for(
+    tmp_path: Path,
+) -> None:
+    # They said "can be recalled by id" and named no id: the model had nothing to pass to its recall tool.
+    import re
+
+    s, _ = _compacted_session(tmp_path)
+    standing = [m for m in s.view if kind_of(m) in (MessageKind.SUMMARY, MessageKind.ELISION)]
+    assert standing
+    for note in standing:
+        found = re.search(r"(message:msg_[0-9a-f]+)", note.text)
+        assert found, note.text[:300]
+        transcript = s.recall(found.group(1))
+        meta = note.metadata["agentcontext"]
+        assert isinstance(meta, dict) and isinstance(meta["covers"], list)
+        for mid in meta["covers"]:
+            assert str(mid) in transcript
+    s.close()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from ..artifacts import ArtifactStore, parse_ref
+from ..compaction import MessageKind, kind_of
 from ..exceptions import ConfigError, RecallError
 from ..messages import ImagePart, JSONValue, Message
 from ._records import CompactionRecord
@@ -105,6 +106,19 @@ def recall_text(ref: object, sources: RecallSources) -> str:
         if kind is None:
             raise RecallError(f"{key[:100]!r} is not a reference to this session's records; {_EXPECTED}")
         raise RecallError(f"no message {key[:100]!r} in this session")
+    covers = _covers(m)
+    if covers is not None:
+        # A summary's or an elision note's reference reads back what it stands for (its text names it).
+        what = "a summary" if kind_of(m) is MessageKind.SUMMARY else "a note"
+        parts = [f"message:{key} is {what} standing for {len(covers)} message(s):"]
+        for mid in covers:
+            original = sources.archive.get(mid)
+            parts.append(
+                f"{message_heading(original)}\n{render_message(original)}"
+                if original
+                else f"[message {mid}: not in the log]"
+            )
+        return "\n\n".join(parts)
     truncated = m.metadata.get("truncated") if m.metadata else None
     if isinstance(truncated, Mapping) and isinstance(truncated.get("ref"), str):
         try:
@@ -112,6 +126,15 @@ def recall_text(ref: object, sources: RecallSources) -> str:
         except RecallError:
             pass  # the preview is all there is
     return render_message(m)
+
+
+def _covers(m: Message) -> list[str] | None:
+    """The ids a summary or an elision note agentcontext wrote stands for; None for any other message."""
+    if kind_of(m) not in (MessageKind.SUMMARY, MessageKind.ELISION):
+        return None
+    meta = m.metadata.get("agentcontext")
+    covers = meta.get("covers") if isinstance(meta, Mapping) else None
+    return [c for c in covers if isinstance(c, str)] if isinstance(covers, list | tuple) else None
 
 
 def _artifact(ref: str, sources: RecallSources) -> str:

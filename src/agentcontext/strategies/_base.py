@@ -183,22 +183,23 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None, recallable: 
     this note says how many messages went and that they can be recalled. It is
     written as data, not as an instruction, and never as a system message.
     """
+    from ..messages import derive_id
+
     n = len(removed)
     covers: list[JSONValue] = [m.id for m in removed]
+    note_id = derive_id(
+        anchor, "elision:" + ",".join(m.id for m in list(removed[:1]) + list(removed[-1:])) + f":{n}"
+    )
     text = f"[agentcontext: {n} earlier message{'s' if n != 1 else ''} of this conversation " + (
         "were removed here to fit the context window; they are kept in the session log and can be "
-        "recalled by id.]"
+        f"recalled with message:{note_id}.]"
         if recallable
         else "were removed here to fit the context window.]"
     )
-    from ..messages import derive_id
-
     return Message(
         role="user",
         content=text,
-        id=derive_id(
-            anchor, "elision:" + ",".join(m.id for m in list(removed[:1]) + list(removed[-1:])) + f":{n}"
-        ),
+        id=note_id,
         metadata={"agentcontext": marker(MessageKind.ELISION, covers=covers)},
     )
 

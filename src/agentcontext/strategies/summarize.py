@@ -80,7 +80,10 @@ _DROPPED: dict[Language, str] = {
     "zh": "在这些消息之前的 {m} 条消息未经摘要即被移除，以限制压缩的开销。",
 }
 # Said only when a session keeps the originals and the model has a recall tool.
-_RECALL: dict[Language, str] = {"en": " The originals can be recalled by id.", "zh": "原始消息可按 id 召回。"}
+_RECALL: dict[Language, str] = {
+    "en": " The messages it stands for can be recalled with message:{id}.",
+    "zh": "它所代表的原始消息可用 message:{id} 召回。",
+}
 _ACK: dict[Language, str] = {
     "en": "[agentcontext] Noted: the summary of the earlier context and the user's messages above.",
     "zh": "[agentcontext] 已了解上面的早前上下文摘要和用户消息。",
@@ -723,12 +726,16 @@ class Summarize:
         dropped: int = 0,
     ) -> Message:
         n = len(covers)
+        safe = text.replace(_CLOSE, "&lt;/context_summary>")
+        # The id comes from what the summary says, not from the sentence that names it, so that
+        # a model with a recall tool can be told which reference reads back what it stands for.
+        payload = "summary:" + ",".join(covers[:1] + covers[-1:]) + f":{n}:{dropped}:" + safe
+        summary_id = derive_id(anchor, payload)
         preamble = _PREAMBLE[lang].format(
-            n=n, s="s" if n != 1 else "", recall=_RECALL[lang] if recallable else ""
+            n=n, s="s" if n != 1 else "", recall=_RECALL[lang].format(id=summary_id) if recallable else ""
         )
         if dropped:
             preamble += _DROPPED[lang].format(m=dropped, s="s" if dropped != 1 else "")
-        safe = text.replace(_CLOSE, "&lt;/context_summary>")
         content = f"{preamble}\n{_OPEN}\n{safe}\n{_CLOSE}"
         meta = marker(
             MessageKind.SUMMARY,
@@ -741,10 +748,7 @@ class Summarize:
             through=through,
             summarizer_age=summarizer_age,
         )
-        payload = "summary:" + ",".join(covers[:1] + covers[-1:]) + f":{n}:" + content
-        return Message(
-            role="user", content=content, id=derive_id(anchor, payload), metadata={"agentcontext": meta}
-        )
+        return Message(role="user", content=content, id=summary_id, metadata={"agentcontext": meta})
 
     @staticmethod
     def _ack_message(summary: Message, lang: Language) -> Message:
