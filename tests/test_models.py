@@ -181,6 +181,18 @@ def test_nothing_close_gives_no_suggestions() -> None:
     assert "Did you mean" not in str(info.value)
 
 
+def test_an_engine_for_a_model_of_your_own_takes_its_name_with_its_window_and_counter() -> None:
+    # The error told the user to "pass window= (and a counter)", and refused them when they did.
+    from agentcontext import ContextEngine, ScriptEstimator
+
+    engine = ContextEngine(model="my-llama", window=8_000, reserve=1_000, counter=ScriptEstimator())
+    assert engine.budget == 7_000 and engine.model is None
+    with pytest.raises(UnknownModelError, match="window= and counter="):
+        ContextEngine(model="my-llama")
+    with pytest.raises(ConfigError, match="'my-llama' is not in the registry: give its counter="):
+        ContextEngine(model="my-llama", window=8_000)
+
+
 @pytest.mark.parametrize("bad", ["", "   ", None, 42, b"gpt-4o"])
 def test_get_rejects_non_names_with_a_config_error(bad: object) -> None:
     with pytest.raises(ConfigError, match="model name"):

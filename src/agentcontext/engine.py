@@ -57,6 +57,7 @@ from .exceptions import (
     ContextOverflowError,
     SummarizerBackoff,
     SummarizerTimeout,
+    UnknownModelError,
     UsageError,
 )
 from .messages import Message, MessageView
@@ -1012,7 +1013,17 @@ def _resolve(
     if model is not None:
         if not isinstance(model, str | models.ModelSpec):
             raise ConfigError(f"model must be a model name (str) or a ModelSpec, got {type(model).__name__}")
-        spec = models.get(model) if isinstance(model, str) else model
+        try:
+            spec = models.get(model) if isinstance(model, str) else model
+        except UnknownModelError:
+            if window is None:
+                raise
+            # A model of your own (a local one, say): its window and counter are what was given.
+            if counter is None:
+                raise ConfigError(
+                    f"{model!r} is not in the registry: give its counter= too (ScriptEstimator() "
+                    "estimates any text; counter_for_tokenizer('hf:PATH') counts with its own tokenizer)"
+                ) from None
     _check_int("window", window)
     _check_int("reserve", reserve)
     if window is None:

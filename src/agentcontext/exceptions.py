@@ -125,7 +125,7 @@ class UnknownModelError(UsageError, LookupError):
         hint = f" Did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
         super().__init__(
             f"Unknown model {name!r}.{hint} Register it with `agentcontext.models.register(ModelSpec(...))`, "
-            "or pass `window=` (and a counter) explicitly."
+            "or give the engine its window= and counter= (as for any model of your own)."
         )
         self.name = name
         self.suggestions = suggestions
