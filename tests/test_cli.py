@@ -63,7 +63,8 @@ def test_console_script_is_installed() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["fit", "replay", "inspect", "compact", "checkpoints", "revert", "export", "count", "models"]
+    "command",
+    ["fit", "replay", "inspect", "compact", "undo", "checkpoints", "revert", "export", "count", "models"],
 )
 def test_every_command_has_help_with_an_example(command: str) -> None:
     proc = run(command, "--help")
@@ -311,6 +312,11 @@ def test_compact_records_a_compaction_that_inspect_lists(session_file: Path) -> 
     after = json.loads(run("inspect", str(session_file), "--model", "gpt-4o", "--json").stdout)
     assert len(after["compactions"]) == len(before["compactions"]) + 1
     assert after["tokens"] < before["tokens"]
+    # The README calls it undoable: from the command line too.
+    undone = run("undo", str(session_file))
+    assert undone.returncode == 0 and "took back compaction:" in undone.stdout, undone.stderr
+    again = json.loads(run("inspect", str(session_file), "--model", "gpt-4o", "--json").stdout)
+    assert again["tokens"] == before["tokens"]
 
 
 def test_session_tools_on_missing_or_wrong_files(tmp_path: Path) -> None:

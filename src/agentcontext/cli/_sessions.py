@@ -112,6 +112,20 @@ Example:
     p.set_defaults(handler=run_revert)
 
     p = sub.add_parser(
+        "undo",
+        help="take back a session's newest compaction",
+        formatter_class=formatter,
+        description="""Take back the newest compaction of a session's view: what it summarized, masked or
+dropped is in the view again, and messages appended since stay. The compaction's record stays in the
+log; undo again to go one compaction further back, or `agentcontext compact` to compact anew.
+
+Example:
+  agentcontext undo runs/task-42.jsonl""",
+    )
+    p.add_argument("session", help="session file (.jsonl)")
+    p.set_defaults(handler=run_undo)
+
+    p = sub.add_parser(
         "export",
         help="export a session's view in a provider's format",
         formatter_class=formatter,
@@ -420,6 +434,18 @@ def run_revert(args: argparse.Namespace, io: Consoles) -> int:
         session.revert_to(args.checkpoint)
         n = len(session.view)
     io.out.print(f"{plain(args.session)}: reverted to checkpoint {args.checkpoint}; {n:,} messages in view")
+    return 0
+
+
+def run_undo(args: argparse.Namespace, io: Consoles) -> int:
+    """Take back the newest compaction."""
+    with _open(args.session, read_only=False, err=io.err) as session:
+        before = len(session.view)
+        record = session.undo_compaction()
+        n = len(session.view)
+    io.out.print(
+        f"{plain(args.session)}: took back compaction:{record.seq}; {n:,} messages in view (was {before:,})"
+    )
     return 0
 
 
