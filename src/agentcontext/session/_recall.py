@@ -112,7 +112,7 @@ def recall_text(ref: object, sources: RecallSources) -> str:
         what = "a summary" if kind_of(m) is MessageKind.SUMMARY else "a note"
         parts = [f"message:{key} is {what} standing for {len(covers)} message(s):"]
         for mid in covers:
-            original = sources.archive.get(mid)
+            original = sources.archive.get(mid) or _uncut(mid, sources)
             parts.append(
                 f"{message_heading(original)}\n{render_message(original)}"
                 if original
@@ -126,6 +126,24 @@ def recall_text(ref: object, sources: RecallSources) -> str:
         except RecallError:
             pass  # the preview is all there is
     return render_message(m)
+
+
+def _uncut(mid: str, sources: RecallSources) -> Message | None:
+    """The original of a tool output cut at ingest in the call that also summarized it (only the cut copy
+    was covered, and it was never in a view, so never stored): found through the ingest action."""
+    for record in sources.compactions.values():
+        for action in record.actions:
+            replaced = action.get("replacement_ids")
+            originals = action.get("message_ids")
+            if (
+                action.get("strategy") == "ingest"
+                and isinstance(replaced, list)
+                and isinstance(originals, list)
+                and mid in replaced
+            ):
+                original = originals[replaced.index(mid)] if len(originals) == len(replaced) else None
+                return sources.archive.get(original) if isinstance(original, str) else None
+    return None
 
 
 def _covers(m: Message) -> list[str] | None:
