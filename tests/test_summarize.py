@@ -113,6 +113,21 @@ def fixed(text: str) -> Reply:
 # ----------------------------------------------------------------------------- the summary message
 
 
+def test_a_summary_that_names_its_recall_reference_has_an_id_of_its_own() -> None:
+    # Counters cache counts by message id: a recallable summary (its preamble names message:<id>) that
+    # shared its id with the plain one was counted as the plain one, 28 tokens short in a review.
+    msgs = agent_run(8)
+    ctx = ctx_for(msgs)
+    plain, _ = drive(Summarize(), msgs, ctx, fixed("we fixed modules 0 to 3"))
+    named, _ = drive(Summarize(), msgs, replace(ctx, recallable=True), fixed("we fixed modules 0 to 3"))
+    (a,) = [m for m in plain.messages if m.id == plain.actions[0].replacement_ids[0]]
+    (b,) = [m for m in named.messages if m.id == named.actions[0].replacement_ids[0]]
+    assert f"message:{b.id}" in b.text and "message:" not in a.text
+    assert a.id != b.id
+    again, _ = drive(Summarize(), msgs, replace(ctx, recallable=True), fixed("we fixed modules 0 to 3"))
+    assert again.messages == named.messages  # the same history gives the same summary, id and all
+
+
 def test_summary_replaces_the_oldest_part_as_a_marked_user_message() -> None:
     msgs = agent_run(8)
     before = copy.deepcopy(msgs)

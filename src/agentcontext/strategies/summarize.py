@@ -729,7 +729,10 @@ class Summarize:
         safe = text.replace(_CLOSE, "&lt;/context_summary>")
         # The id comes from what the summary says, not from the sentence that names it, so that
         # a model with a recall tool can be told which reference reads back what it stands for.
-        payload = "summary:" + ",".join(covers[:1] + covers[-1:]) + f":{n}:{dropped}:" + safe
+        # (Whether it names one is part of the id: counters cache counts by id, and the text differs.)
+        payload = (
+            "summary:" + ",".join(covers[:1] + covers[-1:]) + f":{n}:{dropped}:{int(recallable)}:" + safe
+        )
         summary_id = derive_id(anchor, payload)
         preamble = _PREAMBLE[lang].format(
             n=n, s="s" if n != 1 else "", recall=_RECALL[lang].format(id=summary_id) if recallable else ""
