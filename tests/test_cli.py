@@ -535,7 +535,7 @@ def test_fit_stops_when_the_named_summarizer_fails(failing_server: object, tmp_p
     proc = run(*args, "--allow-fallback")
     assert proc.returncode == 0, proc.stderr
     assert out.exists()
-    assert "fallback: summarize gave way to the next tier: the summarizer failed" in proc.stderr
+    assert "fallback: summarize wrote the summary offline: the summarizer failed" in proc.stderr
 
 
 def test_compact_records_nothing_when_the_named_summarizer_fails(

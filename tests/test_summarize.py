@@ -12,7 +12,8 @@ from typing import Literal
 import pytest
 
 from agentcontext import ContextEngine, Level, Thresholds
-from agentcontext.engine import default_pipelines
+from agentcontext.compaction import FallbackReason
+from agentcontext.engine import Prepared, default_pipelines
 from agentcontext.exceptions import ConfigError, SummarizerError
 from agentcontext.invariants import check_messages
 from agentcontext.messages import Message, ToolCall
@@ -22,7 +23,7 @@ from agentcontext.strategies.hard_truncate import HardTruncate
 from agentcontext.strategies.summarize import Summarize, summary_text
 from agentcontext.strategies.token_budget import TokenBudget
 from agentcontext.summarizers import ExtractiveSummarizer
-from agentcontext.testing import ScriptedSummarizer, WordCounter
+from agentcontext.testing import ScriptedSummarizer, WordCounter, make_conversation
 from agentcontext.tokens import TiktokenCounter
 
 COUNTER = WordCounter()
@@ -531,7 +532,7 @@ def test_a_summary_the_summarizer_did_not_deliver_is_written_offline_and_keeps_t
         window=int(total / 0.8), reserve=0, counter=counter, summarizer=summarizer, truncator=None
     )
     prepared = engine.prepare(msgs)
-    fallback, summarized = prepared.report.actions
+    summarized, fallback = prepared.report.actions
     assert fallback.kind == "fallback" and summarized.kind == "summarized"
     assert "did not deliver" in summarized.reason
     assert fallback.fallback is not None and engine.stats.fallbacks == {fallback.fallback.value: 1}
@@ -900,3 +901,61 @@ def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     prepared = engine.must_fit(msgs)
     assert prepared.report.compacted
     assert not any(m.role == "tool" for m in prepared.messages)
+
+
+def _agent_calls(seed: int, window: int, summarizer: object = None) -> list[tuple[list[Message], Prepared]]:
+    """An agent's calls on a random conversation with large outputs: (history, prepared) for each."""
+    msgs = make_conversation(seed, rounds=5, steps=(2, 5), output_tokens=(200, 2000), huge_share=0.1)
+    engine = ContextEngine(
+        counter=COUNTER,
+        window=window,
+        reserve=500,
+        truncator=None,
+        summarizer=summarizer,  # type: ignore[arg-type]
+    )
+    calls = []
+    for stop in [i for i, m in enumerate(msgs) if m.role == "assistant" and i > 0]:
+        calls.append((msgs[:stop], engine.prepare(msgs[:stop])))
+    return calls
+
+
+@pytest.mark.parametrize("window", [3_000, 6_000])
+def test_keeping_the_newest_step_never_leaves_the_next_tier_to_drop_the_users_requests(window: int) -> None:
+    # A split that keeps a large newest step may leave a summary that cannot work (nothing new to cover,
+    # a result past the target): the next tier then dropped rounds, user requests with them (a review:
+    # 148 requests in 2,428 calls, none before the rule).
+    kept = 0
+    for seed in range(2):
+        for history, prepared in _agent_calls(seed, window):
+            report = prepared.report
+            assert report.tokens_after <= report.budget
+            assert not [a for a in report.actions if a.kind == "dropped" and a.strategy != "summarize"]
+            assert not [a for a in report.actions if a.kind == "fallback"]
+            step = max((i for i, m in enumerate(history) if m.role == "assistant"), default=0)
+            if history[-1].role == "tool" and COUNTER.count_messages(history[step:]) <= report.budget // 2:
+                assert history[-1] in prepared.messages, f"seed {seed}: the newest step was summarized"
+                kept += report.compacted
+    assert kept >= 2
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_a_summarizer_that_fails_is_reported_at_every_call_that_asked_it(fill: bool) -> None:
+    # The offline summary written instead may fall back too: the report still said only that, and the
+    # summarizer's failure went unreported (stats, and `fit --summarizer` refusing); with fill=True the
+    # offline summary's refill read the failure note as the summary and raised IndexError.
+    asked = 0
+    for seed in range(3):
+        msgs = make_conversation(seed, rounds=6, steps=(2, 6), output_tokens=(200, 2500), huge_share=0.1)
+        summarizer = ScriptedSummarizer(replies=[SummarizerError("HTTP 429")])
+        engine = ContextEngine(
+            counter=COUNTER, window=3_000, reserve=500, truncator=None, summarizer=summarizer
+        )
+        for stop in [i for i, m in enumerate(msgs) if m.role == "assistant" and i > 0]:
+            engine._summary_skip_until = -1  # no backoff: a flaky summarizer asked at every call
+            before = len(summarizer.requests)
+            prepared = engine.prepare(msgs[:stop], fill=fill)
+            if len(summarizer.requests) > before:
+                asked += 1
+                codes = [a.fallback for a in prepared.report.actions if a.kind == "fallback"]
+                assert FallbackReason.SUMMARIZER_ERROR in codes
+    assert asked >= 10

@@ -805,6 +805,7 @@ class ContextEngine:
             counter=self._units,
             budget=room,
             target=int(th.target * room),
+            settle=room if call.fill else int(th.soft * room),
             reply_overhead=self.reply_overhead,
             protected_ids=protected,
             window=self.window,

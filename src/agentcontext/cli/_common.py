@@ -239,13 +239,14 @@ def add_summarizer_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=seconds,
-        help="seconds one preparation may spend on summaries before the next tier takes over "
+        help="seconds one preparation may spend on summaries before it writes them offline instead "
         "(default: no limit; each request of an LLM summarizer still has its own timeout and retries)",
     )
     p.add_argument(
         "--allow-fallback",
         action="store_true",
-        help="if the summarizer you named fails, carry on without it (masking, dropping; reported) "
+        help="if the summarizer you named fails, carry on without it (the summary written offline; "
+        "reported) "
         "instead of stopping with exit code 5",
     )
 

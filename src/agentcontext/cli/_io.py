@@ -150,7 +150,8 @@ def read_request(
         fmt: ``auto`` (recognise by shape), ``openai``, ``anthropic`` or ``responses``.
         progress: called with the bytes read so far (for a progress bar).
         unknown: ``raise`` refuses content parts and blocks agentcontext does not model; ``keep``
-            carries them through unchanged (not counted; each kind is named in the request's notes).
+            carries them through unchanged (thinking blocks counted, the rest not; each kind is named
+            in the request's notes).
 
     Raises:
         InputError: the file is missing, unreadable, binary, not UTF-8, not JSON, nested too
@@ -623,7 +624,7 @@ def _convert(
         if lines is not None and exc.index is not None and 0 <= exc.index < len(lines):
             where = f"line {lines[exc.index]}: "
         hint = (
-            "; pass --keep-unknown to carry such parts through unchanged (not counted)"
+            "; pass --keep-unknown to carry such parts through unchanged (thinking counted, the rest not)"
             if unknown == "raise" and "unsupported" in str(exc)
             else ""
         )

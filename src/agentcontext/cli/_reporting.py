@@ -61,8 +61,14 @@ def fallbacks(actions: Iterable[Action]) -> list[Action]:
 def describe_fallback(action: Action) -> str:
     """One fallback in plain words: which strategy gave way, and why."""
     why = _WHY.get(action.fallback, "") if action.fallback is not None else ""
-    detail = action.reason.split("; messages left unchanged")[0].strip()
-    text = f"{action.strategy} gave way to the next tier: {why or detail}"
+    offline = action.reason.endswith("; summarized offline instead")
+    detail = (
+        action.reason.split("; messages left unchanged")[0]
+        .removesuffix("; summarized offline instead")
+        .strip()
+    )
+    what = "wrote the summary offline" if offline else "gave way to the next tier"
+    text = f"{action.strategy} {what}: {why or detail}"
     if why and detail and detail.lower() not in why.lower():
         text += f" ({detail})"
     return text

@@ -42,6 +42,9 @@ class CompactionResult:
     """Prompt tokens of ``messages`` (reply priming included), by the context's counter."""
     note: str = ""
     """Why the strategy did nothing or stopped early, when it did (for reports)."""
+    settled: bool = False
+    """The strategy stopped past the target on purpose, within `CompactionContext.settle` (a summary
+    that keeps a newest step too large to leave it room under the target): later tiers leave it."""
 
     @property
     def changed(self) -> bool:
@@ -62,6 +65,10 @@ class CompactionContext:
     """The most prompt tokens allowed: window minus output reserve (minus a safety margin for estimates)."""
     target: int
     """The prompt size compaction aims at, below the soft limit, so it does not fire again next step."""
+    settle: int = 0
+    """The most a result may take and still end this call's compaction (the soft limit; the budget in a
+    one-shot fit); 0 means the target. A strategy may stop past the target, up to it, on purpose
+    (`CompactionResult.settled`)."""
     reply_overhead: int = 3
     """Tokens the chat format adds once per prompt (reply priming)."""
     protected_ids: frozenset[str] = field(default_factory=frozenset)

@@ -33,6 +33,7 @@ class SummaryFallback(Exception):
     def __init__(self, code: FallbackReason, detail: str) -> None:
         super().__init__(f"{code.value}: {detail}")
         self.code = code
+        self.detail = detail
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,11 @@ class SummaryPlan:
     """Tokens the summary may take."""
     ack: bool
     """Whether an acknowledgement must follow (the next kept message is a user turn)."""
+    ceiling: int
+    """The most tokens the result may take: the target, or past it (up to `CompactionContext.settle`)
+    when the split keeps a newest step too large to leave the summary its room under the target."""
+    newest: bool = False
+    """True when the split keeps the newest step that alone is over the share to keep."""
 
 
 class _Ledger:
@@ -144,6 +150,7 @@ def plan_summary(
     wrapper: int,
     ack_tokens: int,
     want: int | None = None,
+    keep_newest: bool = True,
 ) -> SummaryPlan:
     """The split that leaves the summary its share of the target; else the one that leaves it the most room.
 
@@ -156,6 +163,8 @@ def plan_summary(
         want: the room the summary needs, when known (a one-shot fit that has seen the summary an offline
             summarizer wrote): replaces the share the strategy asks for, so that the rest of the target
             keeps recent messages verbatim.
+        keep_newest: try the split that keeps a newest step over the share first (False: after a
+            summary at that split could not work).
 
     Raises:
         SummaryFallback: no split point, or no split leaves room for a summary.
@@ -184,6 +193,8 @@ def plan_summary(
     known = want is not None
     share = want if want is not None else strategy.summary_share * ctx.target
     candidates, newest = _candidates(strategy, msgs, suffix, h, points, ctx, share)
+    if not keep_newest and newest is not None:
+        candidates, newest = [p for p in candidates if p != newest], None
     head_tokens = sum(counts[i] for i in head_idx)
     # What every split keeps: when that alone leaves no room, say so at once rather than trying every split.
     floor = (
@@ -218,7 +229,7 @@ def plan_summary(
         mode=strategy.ledger,
         room=min(int(strategy.ledger_share * ctx.target), space // 2),
     )
-    best: tuple[int, int, bool] | None = None
+    best: tuple[int, int, bool, int] | None = None
     for p in candidates:
         ledger_tokens, ledger_size = ledger.cost(p)
         if p - h - ledger_size <= 0:
@@ -238,25 +249,26 @@ def plan_summary(
             # A summary with less room than it asks for costs older detail; summarizing the step costs
             # the agent a re-read of what it just read, and the same again at every step as large (a
             # read loop). So the step stays whenever the summary gets a twentieth of the target, even
-            # past the target, within the budget: a step that large makes every step compact anyway.
+            # past the target, up to where compaction would end (the soft limit): a step that large
+            # makes every step compact anyway.
             least = max(strategy.min_summary_tokens, ctx.target // 20)
-            if used + least <= ctx.budget:
-                best = (p, max(room, least), needs_ack)
+            if used + least <= max(ctx.settle, ctx.target):
+                best = (p, max(room, least), needs_ack, max(ctx.target, used + least))
                 break
         if room < strategy.min_summary_tokens:
             continue
         if room >= want:
-            best = (p, room, needs_ack)
+            best = (p, room, needs_ack, ctx.target)
             break
         if best is None or room > best[1]:
-            best = (p, room, needs_ack)
+            best = (p, room, needs_ack, ctx.target)
     if best is None:
         raise SummaryFallback(
             FallbackReason.NO_ROOM,
             f"the newest messages and the user's kept messages leave under {strategy.min_summary_tokens} tokens "
             f"for a summary within the {ctx.target:,}-token target",
         )
-    p, room, needs_ack = best
+    p, room, needs_ack, ceiling = best
     members = ledger.members(p)
     kept = set(members)
     cap = strategy.max_summary_tokens
@@ -267,6 +279,8 @@ def plan_summary(
         evicted=tuple(i for i in range(h, p) if i not in kept),
         room=min(room, cap) if cap is not None else room,
         ack=needs_ack,
+        ceiling=ceiling,
+        newest=p == newest,
     )
 
 

@@ -41,17 +41,19 @@ class Tiered:
         actions: list[Action] = []
         notes: list[str] = []
         tokens = ctx.total(current)
+        settled = False
         for tier in self.tiers:
-            if tokens <= ctx.target:
+            if tokens <= ctx.target or settled:
                 break
             result: CompactionResult = yield from tier.flow(current, ctx)
             current = result.messages
             tokens = result.tokens
+            settled = result.settled
             actions.extend(result.actions)
             if result.note:
                 notes.append(f"{tier.name}: {result.note}")
         return CompactionResult(
-            messages=current, actions=tuple(actions), tokens=tokens, note="; ".join(notes)
+            messages=current, actions=tuple(actions), tokens=tokens, note="; ".join(notes), settled=settled
         )
 
 

@@ -89,6 +89,16 @@ _ACK: dict[Language, str] = {
     "zh": "[agentcontext] 已了解上面的早前上下文摘要和用户消息。",
 }
 _OPEN, _CLOSE = "<context_summary>", "</context_summary>"
+# Fallbacks of a split that kept the newest step which another split may not have.
+_NOTHING_NEW = frozenset({FallbackReason.NO_PROGRESS, FallbackReason.NOTHING_TO_SUMMARIZE})
+_PLAN_FAILURES = frozenset(
+    {
+        FallbackReason.OVER_TARGET,
+        FallbackReason.NOT_SMALLER,
+        FallbackReason.NO_PROGRESS,
+        FallbackReason.NOTHING_TO_SUMMARIZE,
+    }
+)
 _INNER = re.compile(re.escape(_OPEN) + r"\n?(.*?)\n?" + re.escape(_CLOSE), re.S)
 _MAX_LISTED = 50
 
@@ -254,32 +264,71 @@ class Summarize:
                 )
             plan = self._plan(msgs, counts, ctx, lang)
             try:
-                result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+                result = yield from self._attempt(msgs, counts, total, plan, ctx, lang, age)
             except SummaryFallback as fb:
-                if not self._offline_instead(fb, age, ctx):
+                if not plan.newest or fb.code not in _PLAN_FAILURES:
                     raise
-                # The summarizer did not deliver: the summary is written offline instead, so that
-                # the next tier (dropping the oldest rounds) does not take the user's requests and
-                # everything the agent learned with it. Its age is 0, so the steps of the cooldown
-                # after it stay offline too, as the engine backs off from the failing summarizer.
-                age = 0
-                result = yield from self._run(msgs, counts, total, plan, ctx, lang, age, failed=fb)
-                failure = Action(
-                    kind="fallback",
-                    strategy=self.name,
-                    message_ids=(),
-                    reason=f"{fb}; summarized offline instead",
-                    fallback=fb.code,
-                )
-                result = dataclasses.replace(result, actions=(failure, *result.actions))
-            if ctx.fill and (ctx.offline_summaries or age is not None):
-                result = yield from self._refill(msgs, counts, total, plan, result, ctx, lang, age)
+                if fb.code in _NOTHING_NEW and total <= ctx.settle:
+                    # Nothing but the newest step is left to summarize, and what there is already
+                    # ends this call's compaction (masking got it there): it stays as it is.
+                    return CompactionResult(
+                        messages=msgs,
+                        tokens=total,
+                        note=f"{fb}; the newest step stays, at {total:,} tokens, within the soft limit",
+                        settled=True,
+                    )
+                # Keeping the newest step left a summary that could not work (nothing new in what
+                # it would cover, or a result over what the step allowed): split as if the step
+                # were not kept, rather than leave the next tier to drop rounds and requests.
+                plan = self._plan(msgs, counts, ctx, lang, keep_newest=False)
+                result = yield from self._attempt(msgs, counts, total, plan, ctx, lang, age)
         except SummaryFallback as fb:
             reason = f"{fb}; messages left unchanged for the next tier"
             action = Action(
                 kind="fallback", strategy=self.name, message_ids=(), reason=reason, fallback=fb.code
             )
             return CompactionResult(messages=msgs, actions=(action,), tokens=total, note=reason)
+        return result
+
+    def _attempt(
+        self,
+        msgs: tuple[Message, ...],
+        counts: list[int],
+        total: int,
+        plan: SummaryPlan,
+        ctx: CompactionContext,
+        lang: Language,
+        age: int | None,
+    ) -> CompactionFlow:
+        """The summary ``plan`` asks for, written offline when the summarizer does not deliver it."""
+        failed: SummaryFallback | None = None
+        try:
+            result = yield from self._run(msgs, counts, total, plan, ctx, lang, age)
+        except SummaryFallback as fb:
+            if not self._offline_instead(fb, age, ctx):
+                raise
+            # The summarizer did not deliver: the summary is written offline instead, so that the
+            # next tier (dropping the oldest rounds) does not take the user's requests and everything
+            # the agent learned with it. Its age is 0, so the steps of the cooldown after it stay
+            # offline too, as the engine backs off from the failing summarizer.
+            failed, age = fb, 0
+            try:
+                result = yield from self._run(msgs, counts, total, plan, ctx, lang, age, failed=fb)
+            except SummaryFallback as again:  # the failure is what the report must say, with this
+                raise SummaryFallback(
+                    fb.code, f"{fb.detail}; the summary written offline instead fell back too ({again})"
+                ) from again
+        if ctx.fill and (ctx.offline_summaries or age is not None):
+            result = yield from self._refill(msgs, counts, total, plan, result, ctx, lang, age)
+        if failed is not None:
+            note = Action(
+                kind="fallback",
+                strategy=self.name,
+                message_ids=(),
+                reason=f"{failed}; summarized offline instead",
+                fallback=failed.code,
+            )
+            result = dataclasses.replace(result, actions=(*result.actions, note))
         return result
 
     def _offline_instead(self, fb: SummaryFallback, age: int | None, ctx: CompactionContext) -> bool:
@@ -338,6 +387,8 @@ class Summarize:
         ctx: CompactionContext,
         lang: Language,
         want: int | None = None,
+        *,
+        keep_newest: bool = True,
     ) -> SummaryPlan:
         # The preamble and tags around the summary, plus a margin for the count of covered messages.
         wrapper = (
@@ -355,7 +406,16 @@ class Summarize:
             + 8
         )
         ack_tokens = ctx.count(self._ack_message(msgs[0], lang))
-        return plan_summary(self, msgs, counts, ctx, wrapper=wrapper, ack_tokens=ack_tokens, want=want)
+        return plan_summary(
+            self,
+            msgs,
+            counts,
+            ctx,
+            wrapper=wrapper,
+            ack_tokens=ack_tokens,
+            want=want,
+            keep_newest=keep_newest,
+        )
 
     def _refill(
         self,
@@ -436,13 +496,20 @@ class Summarize:
             for i in plan.evicted
             if kind_of(msgs[i]) not in (MessageKind.SUMMARY, MessageKind.SUMMARY_ACK)
         )
-        if previous is not None and new_tokens < self.min_new_share * ctx.budget:
+        # Keeping a large newest step, condensing the previous summary into less room is progress too
+        # when it frees enough (the alternative summarizes the step the agent has just asked for).
+        condense = (
+            plan.newest
+            and previous is not None
+            and self.summary_tokens(previous, ctx) - plan.room >= self.min_new_share * ctx.budget
+        )
+        if previous is not None and new_tokens < self.min_new_share * ctx.budget and not condense:
             raise SummaryFallback(
                 FallbackReason.NO_PROGRESS,
                 f"only {new_tokens:,} tokens are new since the last summary (under {self.min_new_share:.0%} "
                 "of the budget); re-summarizing would free too little",
             )
-        if new_tokens == 0:
+        if new_tokens == 0 and not condense:
             raise SummaryFallback(FallbackReason.NOTHING_TO_SUMMARIZE, "only kept messages precede the split")
         limit, span_limit, offline = self._input_limits(ctx.budget)
         if ctx.offline_summaries:  # no model to fit: one request reads it all, up to a bound on the cost
@@ -512,7 +579,11 @@ class Summarize:
                     refs=tuple(f"message:{msgs[i].id}" for i in dropped),
                 )
             )
-        return CompactionResult(messages=tuple(out), actions=tuple(actions), tokens=ctx.total(out))
+        tokens = ctx.total(out)
+        # Past the target only where the plan allowed it (`SummaryPlan.ceiling`): done for this call.
+        return CompactionResult(
+            messages=tuple(out), actions=tuple(actions), tokens=tokens, settled=tokens > ctx.target
+        )
 
     def _ask(
         self,
@@ -649,10 +720,10 @@ class Summarize:
             raise SummaryFallback(
                 FallbackReason.NOT_SMALLER, f"the result would be {tokens:,} tokens, not fewer than {total:,}"
             )
-        if tokens > ctx.target:
+        if tokens > plan.ceiling:
             raise SummaryFallback(
                 FallbackReason.OVER_TARGET,
-                f"the result would be {tokens:,} tokens, over the {ctx.target:,} target",
+                f"the result would be {tokens:,} tokens, over the {plan.ceiling:,} target",
             )
         return out, summary, missing, ack
 
