@@ -21,13 +21,14 @@ from agentcontext.cli import main
 from agentcontext.exceptions import (
     ConcurrencyError,
     ConfigError,
+    InvalidMessageError,
     SessionNotFoundError,
     StoreError,
     StoreNotInitializedError,
     StoreUnavailableError,
 )
 from agentcontext.messages import Message
-from agentcontext.session import JSONLStore, Session, SQLiteStore
+from agentcontext.session import JSONLStore, MessageRecord, Session, SQLiteStore
 from agentcontext.session.stores import SessionDatabase, open_database, open_store
 from db_servers import PG_URL, REDIS_URL, database, free_port, need, redis_prefix, unique, with_session
 
@@ -395,6 +396,23 @@ def test_a_write_that_loses_races_for_too_long_says_to_reload(
         with pytest.raises(ConcurrencyError, match=r"nothing was written.*session\.reload\(\)"):
             a.append(Message(role="user", content="mine", id="mine"))
         assert "mine" not in [m.id for m in b.view]
+
+
+def test_a_task_delivered_to_two_workers_is_appended_once(server: str) -> None:
+    url = with_session(server, unique("twice"))
+    task = Message(role="user", content="task 42", id="task-42")
+    with Session.open(url) as a, Session.open(url) as b:
+        a.append(task)
+        b.reload()  # b has caught up (a prepare does the same) before the task reaches it too
+        b.append(task)
+        b.extend([task, task])
+        a.append(Message(role="assistant", content="on it"))
+        b.append(task)  # b is behind now: its write loses the race, and the task is in what it missed
+        with pytest.raises(InvalidMessageError, match="already names a different message"):
+            b.append(Message(role="user", content="another task", id="task-42"))
+        a.reload()
+        assert [m.id for m in a.view].count("task-42") == 1 and len(a.view) == 2
+        assert sum(1 for r in a.records() if isinstance(r, MessageRecord) and r.message.id == "task-42") == 1
 
 
 # ----------------------------------------------------------------------------- async

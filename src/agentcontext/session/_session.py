@@ -339,8 +339,12 @@ class Session:
     def append(self, message: Message) -> None:
         """Append one message to the log and the view; O(1) plus one write.
 
-        On a store several workers share, an append that loses a race to another
-        writer reads what it missed and is written after it (see `extend`).
+        A message already in the view (the same id and content: a task delivered
+        to two workers, a retried request) is not appended again; the call does
+        nothing. A message that only the log still holds (reverted or compacted
+        away) is appended again. On a store several workers share, an append that
+        loses a race to another writer reads what it missed and is written after
+        it (see `extend`).
 
         Raises:
             InvalidMessageError: ``message`` is not a `Message`, or its id is
@@ -352,50 +356,67 @@ class Session:
         self.extend((message,))
 
     def extend(self, messages: Iterable[Message]) -> None:
-        """Append several messages as one batch (one write, one fsync).
+        """Append several messages as one batch (one write, one fsync); messages already in the view are left out.
 
         When another writer appended first (its store refuses ours, with nothing
         written), the session reads only what it missed and writes the batch after
-        it; it retries with a jittered growing pause for up to 10 seconds before
-        raising `ConcurrencyError`.
+        it, less the messages that are now in the view; it retries with a jittered
+        growing pause for up to 10 seconds before raising `ConcurrencyError`.
         """
         batch = list(messages)
         with self._log.lock:
             self._log.check_writable()
-            seen: dict[str, Message] = {}
             for i, m in enumerate(batch):
                 if not isinstance(m, Message):
                     raise InvalidMessageError(
                         f"a session holds Message objects, got {type(m).__name__}", index=i
                     )
-                known = seen.get(m.id) or self._log.archive.get(m.id)
-                if known is not None and known != m:
-                    raise InvalidMessageError(
-                        f"id {m.id!r} already names a different message in this session; ids name content, "
-                        "so give the new message its own id (omit id=, or use message.evolve(...))",
-                        index=i,
-                        field="id",
-                    )
-                seen[m.id] = m
+            new = self._new_messages(list(enumerate(batch)))
             ts = _now()
             races = _Races()
-            while True:
-                seqs = self._log.next_seqs(len(batch))
+            while new:
+                seqs = self._log.next_seqs(len(new))
                 try:
                     self._log.commit(
-                        [MessageRecord(seq=s, ts=ts, message=m) for s, m in zip(seqs, batch, strict=True)]
+                        [MessageRecord(seq=s, ts=ts, message=m) for s, (_, m) in zip(seqs, new, strict=True)]
                     )
                     return
                 except ConcurrencyError:
                     # Another writer appended first (nothing of ours was written): read what it wrote and
                     # append after it. A message it already appended (a task delivered to two workers) is
-                    # not appended twice.
+                    # not appended twice, even when its compaction took it out of the view meanwhile.
                     if not races.again():
                         raise
                     theirs = {r.message.id for r in self._log.catch_up() if isinstance(r, MessageRecord)}
-                    batch = [m for m in batch if m.id not in theirs]
-                    if not batch:
-                        return
+                    new = self._new_messages([(i, m) for i, m in new if m.id not in theirs])
+
+    def _new_messages(self, batch: list[tuple[int, Message]]) -> list[tuple[int, Message]]:
+        """``batch`` (messages with their index in the caller's) less those already in the view or earlier in it.
+
+        Raises `InvalidMessageError` for an id that already names other content.
+        """
+        seen: dict[str, Message] = {}
+        new: list[tuple[int, Message]] = []
+        view = self._log.view
+        for i, m in batch:
+            known = seen.get(m.id) or self._log.archive.get(m.id)
+            if known is not None and known != m:
+                raise InvalidMessageError(
+                    f"id {m.id!r} already names a different message in this session; ids name content, "
+                    "so give the new message its own id (omit id=, or use message.evolve(...))",
+                    index=i,
+                    field="id",
+                )
+            if m.id in seen:
+                continue
+            seen[m.id] = m
+            # Only a message the log holds can be in the view; search from the newest end, where a
+            # message delivered twice is (a re-append after a revert searches the whole view, rarely).
+            items = view.items
+            if known is not None and any(items[j].id == m.id for j in range(view.length - 1, -1, -1)):
+                continue
+            new.append((i, m))
+        return new
 
     @property
     def view(self) -> SessionView:
