@@ -184,3 +184,42 @@ def compacting_writer(url: str, seed: int, out: str) -> None:
             if session.last_seq != before:
                 log.write(f"c {session.last_seq}\n")
                 log.flush()
+
+
+def forked_appender(url: str, worker: str, n: int, out: str) -> None:
+    """Append ``n`` messages through a `Session` in a process forked from one that used the database.
+
+    Writes ``ok``, or the error, to ``out``: a connection shared with the parent
+    (or a sibling) shows as another query's results, or as a hang.
+    """
+    try:
+        with Session.open(url, **options(url)) as session:  # type: ignore[arg-type]
+            for i in range(n):
+                session.append(Message(role="user", content=f"{worker} says {i}", id=f"msg_{worker}_{i}"))
+        Path(out).write_text("ok")
+    except Exception as exc:  # reported to the test, which names it
+        Path(out).write_text(f"{type(exc).__name__}: {exc}")
+
+
+def forked_async_appender(store: object, worker: str, n: int, out: str) -> None:
+    """`forked_appender` for a store the parent opened on its event loop (``aopen``) before forking."""
+
+    async def run() -> None:
+        last = -1
+        async for r in store.aload():  # type: ignore[attr-defined]
+            last = int(r.data["seq"])
+        for i in range(n):
+            while True:
+                try:
+                    await store.aappend([_record(last + 1, worker, i)], expected_seq=last + 1)  # type: ignore[attr-defined]
+                    last += 1
+                    break
+                except ConcurrencyError:
+                    async for r in store.aload(after=last):  # type: ignore[attr-defined]
+                        last = int(r.data["seq"])
+
+    try:
+        asyncio.run(run())
+        Path(out).write_text("ok")
+    except Exception as exc:  # reported to the test, which names it
+        Path(out).write_text(f"{type(exc).__name__}: {exc}")

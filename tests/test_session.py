@@ -139,12 +139,19 @@ def test_append_refuses_what_is_not_a_message_and_ids_that_name_other_content(
     s = opener()
     m = Message(role="user", content="a", id="same")
     s.append(m)
-    s.append(m)  # the same message again (e.g. after a revert) is fine
+    s.append(m)  # already in the view (a task delivered twice, a retried request): nothing to do
+    s.extend([m, Message(role="user", content="b", id="b"), m])
+    assert [x.id for x in s.view] == ["same", "b"] and s.last_seq == 2
+    s.rewind(0)
+    s.append(m)  # only the log holds it now (after a revert or a rewind): appended again
+    assert [x.id for x in s.view] == ["same"]
     with pytest.raises(InvalidMessageError, match="id 'same' already names a different message"):
         s.append(Message(role="user", content="b", id="same"))
     with pytest.raises(InvalidMessageError, match="message 1: a session holds Message objects, got dict"):
         s.extend([Message(role="user", content="ok"), {"role": "user"}])  # type: ignore[list-item]
-    assert len(s.view) == 2  # a refused batch writes nothing
+    assert len(s.view) == 1  # a refused batch writes nothing
+    s.close()
+    assert [x.id for x in opener().view] == ["same"]  # restored the same way
 
 
 def test_inputs_are_never_mutated(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 
@@ -39,6 +39,7 @@ import pytest
 import db_workers
 from _sizes import runs
 from agentcontext.exceptions import ConcurrencyError
+from agentcontext.messages import Message
 from agentcontext.session import Session, SessionStore, SupportsLease
 from agentcontext.session.stores import open_database, open_store
 from agentcontext.session.stores.postgres import close_pools
@@ -123,6 +124,63 @@ def test_eight_processes_append_to_one_session(
     results = {name: json.loads((tmp_path / name).read_text()) for name in names}
     for name, result in results.items():
         _check_catch_up(ids, name, result["read"])
+
+
+def test_workers_forked_after_the_parent_used_the_database_have_their_own_connections(
+    server: str, tmp_path: Path
+) -> None:
+    """A preloaded app (gunicorn --preload) opens a session, then forks workers: none may use the parent's sockets."""
+    url = with_session(server, unique("fork"))
+    parent = Session.open(url, **db_workers.options(url))  # type: ignore[arg-type]
+    parent.append(Message(role="user", content="before the fork", id="before"))
+    Session.open(url).close()  # closed, but its pool (and connection) stays for reuse
+    n, names = 10, ["f0", "f1", "f2", "f3"]
+    assert _forked(db_workers.forked_appender, [(url, name, n, str(tmp_path / name)) for name in names])
+    # The parent's connections outlived its children (none was closed under it).
+    parent.append(Message(role="user", content="after the fork", id="after"))
+    ids = [m.id for m in parent.view]
+    parent.close()
+    assert ids[0] == "before" and ids[-1] == "after" and len(ids) == 2 + n * len(names)
+    for name in names:
+        assert [i for i in ids if i.startswith(f"msg_{name}_")] == [f"msg_{name}_{j}" for j in range(n)]
+
+
+def test_a_store_opened_on_an_event_loop_before_a_fork_gets_its_own_connections_in_the_child(
+    server: str, tmp_path: Path
+) -> None:
+    url = with_session(server, unique("afork"))
+    store = open_store(url)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(store.aopen(create=True))  # type: ignore[attr-defined]
+        loop.run_until_complete(store.aappend([{"seq": 0, "type": "note", "ts": None}], expected_seq=0))  # type: ignore[attr-defined]
+        names = ["a0", "a1", "a2"]
+        assert _forked(
+            db_workers.forked_async_appender, [(store, name, 10, str(tmp_path / name)) for name in names]
+        )
+        loop.run_until_complete(store.aclose())  # type: ignore[attr-defined]
+    finally:
+        loop.close()
+    assert len(_all_records(url)) == 31
+
+
+def _forked(target: Callable[..., None], calls: list[tuple[object, ...]]) -> bool:
+    """Run ``target(*call)`` in processes forked from this one; True when each wrote ``ok`` to its file (the last argument)."""
+    context = multiprocessing.get_context("fork")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() of a process with threads
+        procs = [context.Process(target=target, args=call) for call in calls]
+        for p in procs:
+            p.start()
+    for p in procs:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    outs = [Path(str(call[-1])) for call in calls]
+    results = [out.read_text() if out.exists() else "hung" for out in outs]
+    assert results == ["ok"] * len(calls)
+    return True
 
 
 def test_eight_processes_share_one_session_and_its_compactions(

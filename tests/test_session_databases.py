@@ -21,13 +21,14 @@ from agentcontext.cli import main
 from agentcontext.exceptions import (
     ConcurrencyError,
     ConfigError,
+    InvalidMessageError,
     SessionNotFoundError,
     StoreError,
     StoreNotInitializedError,
     StoreUnavailableError,
 )
 from agentcontext.messages import Message
-from agentcontext.session import JSONLStore, Session, SQLiteStore
+from agentcontext.session import JSONLStore, MessageRecord, Session, SQLiteStore
 from agentcontext.session.stores import SessionDatabase, open_database, open_store
 from db_servers import PG_URL, REDIS_URL, database, free_port, need, redis_prefix, unique, with_session
 
@@ -341,6 +342,77 @@ def test_an_unreachable_server_is_a_clear_error_after_the_retries(kind: str) -> 
     with pytest.raises(StoreUnavailableError, match=f"127.0.0.1:{port}") as info:
         store.open(create=True)
     assert "running" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- two workers, one session
+
+
+def _interfering(session: Session, other: Session, times: int) -> list[int]:
+    """Make ``other`` append just before each of ``session``'s next ``times`` writes, so each loses its race."""
+    store = session.store
+    real = store.append
+    lost: list[int] = []
+
+    def append(records: object, *, expected_seq: int) -> None:
+        if len(lost) < times:
+            lost.append(expected_seq)
+            other.reload()
+            other.append(Message(role="user", content=f"meanwhile {len(lost)}"))
+        real(records, expected_seq=expected_seq)  # type: ignore[arg-type]
+
+    store.append = append  # type: ignore[method-assign]
+    return lost
+
+
+def test_a_write_that_keeps_losing_races_catches_up_and_lands(server: str) -> None:
+    url = with_session(server, unique("races"))
+    with Session.open(url) as a, Session.open(url) as b:
+        lost = _interfering(a, b, 12)  # more races than a fixed number of retries would take
+        a.append(Message(role="user", content="mine", id="mine"))
+        assert len(lost) == 12
+        lost = _interfering(a, b, 3)
+        cp = a.checkpoint()
+        assert len(lost) == 3
+        lost = _interfering(a, b, 3)
+        a.record_usage(prompt_tokens=10)
+        assert len(lost) == 3
+        b.reload()
+        assert [m.content for m in b.view][-3:] == ["meanwhile 1", "meanwhile 2", "meanwhile 3"]
+        assert b.view[12].id == "mine" and b.checkpoints[-1].id == cp and b.usage_totals.calls == 1
+        # The checkpoint marks the view after catching up: every message appended before it was written.
+        assert b.checkpoints[-1].messages == 16
+        assert [m.content for m in a.view] == [m.content for m in b.view]
+
+
+def test_a_write_that_loses_races_for_too_long_says_to_reload(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcontext.session import _session
+
+    monkeypatch.setattr(_session, "_RACE_TIMEOUT", 0.05)
+    url = with_session(server, unique("races"))
+    with Session.open(url) as a, Session.open(url) as b:
+        _interfering(a, b, 10_000)
+        with pytest.raises(ConcurrencyError, match=r"nothing was written.*session\.reload\(\)"):
+            a.append(Message(role="user", content="mine", id="mine"))
+        assert "mine" not in [m.id for m in b.view]
+
+
+def test_a_task_delivered_to_two_workers_is_appended_once(server: str) -> None:
+    url = with_session(server, unique("twice"))
+    task = Message(role="user", content="task 42", id="task-42")
+    with Session.open(url) as a, Session.open(url) as b:
+        a.append(task)
+        b.reload()  # b has caught up (a prepare does the same) before the task reaches it too
+        b.append(task)
+        b.extend([task, task])
+        a.append(Message(role="assistant", content="on it"))
+        b.append(task)  # b is behind now: its write loses the race, and the task is in what it missed
+        with pytest.raises(InvalidMessageError, match="already names a different message"):
+            b.append(Message(role="user", content="another task", id="task-42"))
+        a.reload()
+        assert [m.id for m in a.view].count("task-42") == 1 and len(a.view) == 2
+        assert sum(1 for r in a.records() if isinstance(r, MessageRecord) and r.message.id == "task-42") == 1
 
 
 # ----------------------------------------------------------------------------- async

@@ -62,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 import time
 import warnings
@@ -125,7 +126,34 @@ DEFAULT_LEASE_TTL = 90.0
 """Seconds one `Session.prepare` may hold a shared session's lease (a killed holder blocks others this long)."""
 
 _RACES = 8
-"""How many times a write that lost a race to another writer is caught up and tried again."""
+"""How many times `prepare` runs the engine again when another writer rewrote the view meanwhile."""
+
+_RACE_TIMEOUT = 10.0
+"""Seconds a write that keeps losing races to other writers goes on catching up and trying again."""
+
+
+class _Races:
+    """The retries of a write that lost a race to another writer (its store refused it, nothing written).
+
+    Each retry comes after a jittered pause that doubles from 1 ms up to 100 ms, so
+    writers that collided spread out instead of colliding again in lockstep; after
+    `_RACE_TIMEOUT` seconds of losing, the write gives up with `ConcurrencyError`.
+    ``pause=False`` retries without pausing (inside an event loop, where sleeping
+    would block it), still for at most that long.
+    """
+
+    def __init__(self, *, pause: bool = True) -> None:
+        self._deadline = time.monotonic() + _RACE_TIMEOUT
+        self._pause = 0.001 if pause else 0.0
+
+    def again(self) -> bool:
+        """After a lost race: pause, then True to retry; False when the time is up."""
+        if time.monotonic() >= self._deadline:
+            return False
+        if self._pause:
+            time.sleep(random.uniform(0.0, self._pause))
+            self._pause = min(2 * self._pause, 0.1)
+        return True
 
 
 class Session:
@@ -311,52 +339,84 @@ class Session:
     def append(self, message: Message) -> None:
         """Append one message to the log and the view; O(1) plus one write.
 
+        A message already in the view (the same id and content: a task delivered
+        to two workers, a retried request) is not appended again; the call does
+        nothing. A message that only the log still holds (reverted or compacted
+        away) is appended again. On a store several workers share, an append that
+        loses a race to another writer reads what it missed and is written after
+        it (see `extend`).
+
         Raises:
             InvalidMessageError: ``message`` is not a `Message`, or its id is
                 already in this session with different content (ids name content;
                 build a new message, or use `Message.evolve`).
+            ConcurrencyError: other writers kept winning for 10 seconds; nothing was written.
             StoreError: the write failed; the session is unchanged.
         """
         self.extend((message,))
 
     def extend(self, messages: Iterable[Message]) -> None:
-        """Append several messages as one batch (one write, one fsync)."""
+        """Append several messages as one batch (one write, one fsync); messages already in the view are left out.
+
+        When another writer appended first (its store refuses ours, with nothing
+        written), the session reads only what it missed and writes the batch after
+        it, less the messages that are now in the view; it retries with a jittered
+        growing pause for up to 10 seconds before raising `ConcurrencyError`.
+        """
         batch = list(messages)
         with self._log.lock:
             self._log.check_writable()
-            seen: dict[str, Message] = {}
             for i, m in enumerate(batch):
                 if not isinstance(m, Message):
                     raise InvalidMessageError(
                         f"a session holds Message objects, got {type(m).__name__}", index=i
                     )
-                known = seen.get(m.id) or self._log.archive.get(m.id)
-                if known is not None and known != m:
-                    raise InvalidMessageError(
-                        f"id {m.id!r} already names a different message in this session; ids name content, "
-                        "so give the new message its own id (omit id=, or use message.evolve(...))",
-                        index=i,
-                        field="id",
-                    )
-                seen[m.id] = m
+            new = self._new_messages(list(enumerate(batch)))
             ts = _now()
-            for race in range(_RACES):
-                seqs = self._log.next_seqs(len(batch))
+            races = _Races()
+            while new:
+                seqs = self._log.next_seqs(len(new))
                 try:
                     self._log.commit(
-                        [MessageRecord(seq=s, ts=ts, message=m) for s, m in zip(seqs, batch, strict=True)]
+                        [MessageRecord(seq=s, ts=ts, message=m) for s, (_, m) in zip(seqs, new, strict=True)]
                     )
                     return
                 except ConcurrencyError:
                     # Another writer appended first (nothing of ours was written): read what it wrote and
                     # append after it. A message it already appended (a task delivered to two workers) is
-                    # not appended twice.
-                    if race == _RACES - 1:
+                    # not appended twice, even when its compaction took it out of the view meanwhile.
+                    if not races.again():
                         raise
                     theirs = {r.message.id for r in self._log.catch_up() if isinstance(r, MessageRecord)}
-                    batch = [m for m in batch if m.id not in theirs]
-                    if not batch:
-                        return
+                    new = self._new_messages([(i, m) for i, m in new if m.id not in theirs])
+
+    def _new_messages(self, batch: list[tuple[int, Message]]) -> list[tuple[int, Message]]:
+        """``batch`` (messages with their index in the caller's) less those already in the view or earlier in it.
+
+        Raises `InvalidMessageError` for an id that already names other content.
+        """
+        seen: dict[str, Message] = {}
+        new: list[tuple[int, Message]] = []
+        view = self._log.view
+        for i, m in batch:
+            known = seen.get(m.id) or self._log.archive.get(m.id)
+            if known is not None and known != m:
+                raise InvalidMessageError(
+                    f"id {m.id!r} already names a different message in this session; ids name content, "
+                    "so give the new message its own id (omit id=, or use message.evolve(...))",
+                    index=i,
+                    field="id",
+                )
+            if m.id in seen:
+                continue
+            seen[m.id] = m
+            # Only a message the log holds can be in the view; search from the newest end, where a
+            # message delivered twice is (a re-append after a revert searches the whole view, rarely).
+            items = view.items
+            if known is not None and any(items[j].id == m.id for j in range(view.length - 1, -1, -1)):
+                continue
+            new.append((i, m))
+        return new
 
     @property
     def view(self) -> SessionView:
@@ -538,7 +598,7 @@ class Session:
                 with self._log.lock:
                     self._log.check_writable()
                     try:
-                        self._adopt(before, prepared)
+                        self._adopt(before, prepared, pause=False)  # the thread lock is held: no sleeping
                     except ConcurrencyError:
                         if race == _RACES - 1 or not self._shared:
                             raise
@@ -606,7 +666,7 @@ class Session:
                     locks = self._async_locks = (loop, asyncio.Lock())
         return locks[1]
 
-    def _adopt(self, before: ViewState, prepared: Prepared) -> None:
+    def _adopt(self, before: ViewState, prepared: Prepared, *, pause: bool = True) -> None:
         """Record the engine's compaction of ``before`` (the view it was given) and take its state.
 
         Messages appended since ``before`` was read (by this process, or by another
@@ -615,7 +675,8 @@ class Session:
         stale: nothing is recorded and `ConcurrencyError` says so.
         """
         compaction = prepared.compaction
-        for race in range(_RACES):
+        races = _Races(pause=pause)
+        while True:
             now = self._log.view
             extra: Sequence[Message] = ()
             if now is not before:
@@ -635,7 +696,7 @@ class Session:
                 self._log.commit([record])
                 break
             except ConcurrencyError:
-                if race == _RACES - 1:
+                if not races.again():
                     raise
                 self._log.catch_up()  # another writer won the race: put the compaction after its records
         # Taken only now: a failed write above leaves the engine state as it was with the view.
@@ -698,25 +759,33 @@ class Session:
                 raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
         with self._log.lock:
             self._log.check_writable()
-            covered = self._log.view.length
-            if report is None and self._prepared_len is not None:
-                covered = min(self._prepared_len, covered)
-            (seq,) = self._log.next_seqs()
-            self._log.commit(
-                [
-                    UsageRecord(
-                        seq=seq,
-                        ts=_now(),
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                        total_tokens=total_tokens,
-                        cached_tokens=cached_tokens,
-                        model=model,
-                        view_len=covered,
-                    )
-                ]
-            )
-            sent, self._last_report = report or self._last_report, None
+            sent = report or self._last_report
+            races = _Races()
+            while True:
+                # Recomputed after a lost race: messages another worker appended are not in the prompt
+                # (the prepared length still bounds it), and a view it rewrote is taken whole.
+                covered = self._log.view.length
+                if report is None and self._prepared_len is not None:
+                    covered = min(self._prepared_len, covered)
+                (seq,) = self._log.next_seqs()
+                record = UsageRecord(
+                    seq=seq,
+                    ts=_now(),
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    total_tokens=total_tokens,
+                    cached_tokens=cached_tokens,
+                    model=model,
+                    view_len=covered,
+                )
+                try:
+                    self._log.commit([record])
+                    break
+                except ConcurrencyError:
+                    if not races.again():
+                        raise
+                    self._log.catch_up()
+            self._last_report = None
         if sent is not None and self._engine is not None:
             # Never raises (logged): an engine's failure must not undo the record just written.
             feed_usage(self._engine, sent, prompt_tokens)
@@ -769,17 +838,29 @@ class Session:
         """Mark the current view; returns the checkpoint's id (0, 1, 2, ...), valid for the session's life.
 
         Costs one small record and O(1) memory; nothing enters the model's context.
+        On a store several workers share, a checkpoint that loses a race to another
+        writer first reads what it wrote, like `prepare` does: the checkpoint then
+        marks the view with the other worker's records, the view the next
+        `prepare` would start from.
         """
         if label is not None and not isinstance(label, str):
             raise ConfigError(f"label must be a str or None, got {type(label).__name__}")
         with self._log.lock:
             self._log.check_writable()
-            cp_id = self._log.next_checkpoint
-            (seq,) = self._log.next_seqs()
-            self._log.commit(
-                [CheckpointRecord(seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._log.view.length)]
-            )
-            return cp_id
+            races = _Races()
+            while True:
+                cp_id = self._log.next_checkpoint
+                (seq,) = self._log.next_seqs()
+                record = CheckpointRecord(
+                    seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._log.view.length
+                )
+                try:
+                    self._log.commit([record])
+                    return cp_id
+                except ConcurrencyError:
+                    if not races.again():
+                        raise
+                    self._log.catch_up()  # another writer appended first: mark the view with what it wrote
 
     @property
     def checkpoints(self) -> tuple[Checkpoint, ...]:

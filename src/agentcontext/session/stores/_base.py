@@ -283,8 +283,8 @@ def check_expected_seq(
     if expected != last + 1:
         raise ConcurrencyError(
             f"{location}: append expected to write seq {expected}, but the log ends at seq {last}; "
-            "another writer has appended since this session was loaded. Reopen the session to see "
-            "its records, then retry."
+            "another writer has appended since this log was last read, and nothing was written. Read what "
+            "it wrote (session.reload(), or load(after=...) on a store), then retry."
         )
     for i, r in enumerate(records):
         if r.get("seq") != expected + i:

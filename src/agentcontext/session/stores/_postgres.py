@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import re
 import threading
 import weakref
@@ -178,12 +179,18 @@ class _SyncPools:
 
     A pool outlives the stores that used it (closed at exit, or by `close_pools`):
     a worker that opens and closes a session per request reuses its connections
-    instead of connecting again each time.
+    instead of connecting again each time. A forked child starts with none (`_forget_in_child`).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, int, float, bool], ConnectionPool] = {}
+
+    def forget(self) -> list[ConnectionPool]:
+        """Start over with no pools and a fresh lock (in a forked child); returns the pools dropped."""
+        self._lock = threading.Lock()
+        pools, self._pools = list(self._pools.values()), {}
+        return pools
 
     def get(self, conninfo: str, size: int, timeout: float, *, durable: bool) -> ConnectionPool:
         key = (conninfo, size, timeout, durable)
@@ -229,6 +236,13 @@ class _AsyncPools:
             dict[tuple[str, int, float, bool], tuple[AsyncConnectionPool, asyncio.Future[None], int]],
         ] = weakref.WeakKeyDictionary()
 
+    def forget(self) -> list[AsyncConnectionPool]:
+        """Start over with no pools and a fresh lock (in a forked child); returns the pools dropped."""
+        self._lock = threading.Lock()
+        pools = [pool for entries in self._loops.values() for pool, _, _ in entries.values()]
+        self._loops = weakref.WeakKeyDictionary()
+        return pools
+
     async def acquire(
         self, conninfo: str, size: int, timeout: float, *, durable: bool
     ) -> AsyncConnectionPool:
@@ -273,9 +287,29 @@ class _AsyncPools:
         await pool.close()
 
 
+# What a forked child inherited, kept referenced: the parent's pools are never closed, nor finalized, there.
+_INHERITED: list[object] = []
+
+
+def _forget_in_child() -> None:
+    """After a fork, in the child: drop the parent's pools; the child opens its own when it needs them.
+
+    A socket inherited across ``fork()`` is the parent's too: two processes
+    talking on one connection read each other's results, or wait forever (a
+    preloaded gunicorn app, a ``multiprocessing`` worker). Nor may the child
+    close them, which would end the parent's sessions on the server; psycopg
+    already leaves a connection made by another process alone when it is
+    garbage-collected.
+    """
+    _INHERITED.extend(_POOLS.forget())
+    _INHERITED.extend(_APOOLS.forget())
+
+
 _POOLS = _SyncPools()
 _APOOLS = _AsyncPools()
 atexit.register(_POOLS.close_all)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def close_pools() -> None:

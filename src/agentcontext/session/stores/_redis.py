@@ -9,6 +9,7 @@ client, so each operation is written once for both sides. Imported only when a
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from collections.abc import Generator, Mapping
@@ -178,6 +179,14 @@ class _Clients:
             asyncio.AbstractEventLoop, dict[tuple[str, float], tuple[aredis.Redis, int]]
         ] = weakref.WeakKeyDictionary()
 
+    def forget(self) -> list[object]:
+        """Start over with no clients and a fresh lock (in a forked child); returns the clients dropped."""
+        self._lock = threading.Lock()
+        dropped: list[object] = [client for client, _ in self._sync.values()]
+        dropped += [client for clients in self._async.values() for client, _ in clients.values()]
+        self._sync, self._async = {}, weakref.WeakKeyDictionary()
+        return dropped
+
     def acquire(self, url: str, timeout: float) -> redis.Redis:
         with self._lock:
             client, refs = self._sync.get((url, timeout), (None, 0))
@@ -236,6 +245,22 @@ class _Clients:
 
 
 _CLIENTS = _Clients()
+# What a forked child inherited, kept referenced: the parent's clients are never closed, nor finalized, there.
+_INHERITED: list[object] = []
+
+
+def _forget_in_child() -> None:
+    """After a fork, in the child: drop the parent's clients; the child makes its own when it needs them.
+
+    A socket inherited across ``fork()`` is the parent's too. redis-py's sync
+    pools notice a fork themselves, its asyncio ones do not: two processes on
+    one connection read each other's replies.
+    """
+    _INHERITED.extend(_CLIENTS.forget())
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _drive(client: redis.Redis, op: _Op[_T]) -> _T:

@@ -35,11 +35,13 @@ write (``text`` holds up to 1 GB; a 20 MB tool output is an ordinary row).
 Connection pools are shared by the stores of one process that use the same
 connection string and settings, and stay open for the next store after the
 last one closes (until exit, or `close_pools`); async pools are shared per
-event loop and closed with their last store.
+event loop and closed with their last store. A forked child never uses its
+parent's pools: it opens its own.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar, cast
@@ -172,6 +174,7 @@ class PostgresStore:
         self._server = _redacted(conninfo)
         self._open = False
         self._apool: AsyncConnectionPool | None = None
+        self._apool_pid = 0  # the process that acquired it: a forked child acquires its own
         # How long one attempt waits for a pooled connection: the retry loop covers the rest.
         self._wait = min(self.connect_timeout, max(self.retry_timeout, 1.0))
 
@@ -298,6 +301,7 @@ class PostgresStore:
         self._apool = await _APOOLS.acquire(
             self.conninfo, self.pool_size, self.connect_timeout, durable=self.fsync == "always"
         )
+        self._apool_pid = os.getpid()
         try:
             await self._acall(lambda: self._open_op(create=create))
         except StoreUnavailableError as exc:
@@ -528,6 +532,11 @@ class PostgresStore:
         pool = self._apool
         if pool is None:
             raise StoreError(f"{self.location} is not open; call aopen() first (or the session was closed)")
+        if self._apool_pid != os.getpid():  # opened before a fork: the parent's pool is not ours to use
+            pool = self._apool = await _APOOLS.acquire(
+                self.conninfo, self.pool_size, self.connect_timeout, durable=self.fsync == "always"
+            )
+            self._apool_pid = os.getpid()
         try:
             async with pool.connection(timeout=self._wait) as conn:
                 if transaction:

@@ -36,6 +36,7 @@ shared ``sessions`` key beside a session's own, which Redis Cluster forbids.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -145,6 +146,7 @@ class RedisStore:
         self._keys = _Keys(self.prefix, self.session_id)
         self._client: redis.Redis | None = None
         self._aclient: aredis.Redis | None = None
+        self._aclient_pid = 0  # the process that acquired it: a forked child acquires its own
 
     # ------------------------------------------------------------------ protocol
 
@@ -254,6 +256,7 @@ class RedisStore:
         if self._aclient is not None:
             return
         self._aclient = _CLIENTS.aacquire(self.url, self.connect_timeout)
+        self._aclient_pid = os.getpid()
         try:
             await self._acall(lambda: self._open_op(create=create))
         except BaseException:
@@ -405,6 +408,9 @@ class RedisStore:
         client = self._aclient
         if client is None:
             raise StoreError(f"{self.location} is not open; call aopen() first (or the session was closed)")
+        if self._aclient_pid != os.getpid():  # opened before a fork: the parent's client is not ours to use
+            client = self._aclient = _CLIENTS.aacquire(self.url, self.connect_timeout)
+            self._aclient_pid = os.getpid()
         try:
             return await _adrive(client, op)
         except _TRANSIENT:
