@@ -94,6 +94,7 @@ from ._records import (
     CompactionRecord,
     DMailRecord,
     MessageRecord,
+    Record,
     RevertRecord,
     RewindRecord,
     UndoRecord,
@@ -666,6 +667,23 @@ class Session:
                     locks = self._async_locks = (loop, asyncio.Lock())
         return locks[1]
 
+    def _commit_one(self, build: Callable[[int], Record | None], *, pause: bool = True) -> None:
+        """Commit the record ``build`` makes for the next seq (None: nothing to write); after a race lost
+        to another writer, read what it wrote and build the record again (`_Races`)."""
+        races = _Races(pause=pause)
+        while True:
+            (seq,) = self._log.next_seqs()
+            record = build(seq)
+            if record is None:
+                return
+            try:
+                self._log.commit([record])
+                return
+            except ConcurrencyError:
+                if not races.again():
+                    raise
+                self._log.catch_up()
+
     def _adopt(self, before: ViewState, prepared: Prepared, *, pause: bool = True) -> None:
         """Record the engine's compaction of ``before`` (the view it was given) and take its state.
 
@@ -675,8 +693,9 @@ class Session:
         stale: nothing is recorded and `ConcurrencyError` says so.
         """
         compaction = prepared.compaction
-        races = _Races(pause=pause)
-        while True:
+
+        def record(seq: int) -> CompactionRecord | None:
+            # After a lost race, the compaction goes after the other writer's records.
             now = self._log.view
             extra: Sequence[Message] = ()
             if now is not before:
@@ -688,17 +707,11 @@ class Session:
                     )
                 extra = now.items[before.length : now.length]
             if compaction is None:
-                break
+                return None
             tail = [*compaction.messages, *extra]
-            (seq,) = self._log.next_seqs()
-            record = CompactionRecord.of(compaction, seq=seq, ts=_now(), tail=tail, known=self._log.archive)
-            try:
-                self._log.commit([record])
-                break
-            except ConcurrencyError:
-                if not races.again():
-                    raise
-                self._log.catch_up()  # another writer won the race: put the compaction after its records
+            return CompactionRecord.of(compaction, seq=seq, ts=_now(), tail=tail, known=self._log.archive)
+
+        self._commit_one(record, pause=pause)
         # Taken only now: a failed write above leaves the engine state as it was with the view.
         self._engine_state = prepared.state
         self._prepared_len = prepared.state.length
@@ -760,15 +773,14 @@ class Session:
         with self._log.lock:
             self._log.check_writable()
             sent = report or self._last_report
-            races = _Races()
-            while True:
+
+            def record(seq: int) -> UsageRecord:
                 # Recomputed after a lost race: messages another worker appended are not in the prompt
                 # (the prepared length still bounds it), and a view it rewrote is taken whole.
                 covered = self._log.view.length
                 if report is None and self._prepared_len is not None:
                     covered = min(self._prepared_len, covered)
-                (seq,) = self._log.next_seqs()
-                record = UsageRecord(
+                return UsageRecord(
                     seq=seq,
                     ts=_now(),
                     prompt_tokens=prompt_tokens,
@@ -778,13 +790,8 @@ class Session:
                     model=model,
                     view_len=covered,
                 )
-                try:
-                    self._log.commit([record])
-                    break
-                except ConcurrencyError:
-                    if not races.again():
-                        raise
-                    self._log.catch_up()
+
+            self._commit_one(record)
             self._last_report = None
         if sent is not None and self._engine is not None:
             # Never raises (logged): an engine's failure must not undo the record just written.
@@ -847,20 +854,23 @@ class Session:
             raise ConfigError(f"label must be a str or None, got {type(label).__name__}")
         with self._log.lock:
             self._log.check_writable()
-            races = _Races()
-            while True:
-                cp_id = self._log.next_checkpoint
-                (seq,) = self._log.next_seqs()
-                record = CheckpointRecord(
-                    seq=seq, ts=_now(), id=cp_id, label=label, view_len=self._log.view.length
+            made: list[CheckpointRecord] = []
+
+            def record(seq: int) -> CheckpointRecord:
+                # After a lost race, the checkpoint marks the view with what the other writer wrote.
+                made.append(
+                    CheckpointRecord(
+                        seq=seq,
+                        ts=_now(),
+                        id=self._log.next_checkpoint,
+                        label=label,
+                        view_len=self._log.view.length,
+                    )
                 )
-                try:
-                    self._log.commit([record])
-                    return cp_id
-                except ConcurrencyError:
-                    if not races.again():
-                        raise
-                    self._log.catch_up()  # another writer appended first: mark the view with what it wrote
+                return made[-1]
+
+            self._commit_one(record)
+            return made[-1].id
 
     @property
     def checkpoints(self) -> tuple[Checkpoint, ...]:
