@@ -64,6 +64,14 @@ async def async_append_worker(url: str, worker: str, n: int) -> dict[str, object
     """`append_worker` as an asyncio task (``aopen`` / ``aload`` / ``aappend``)."""
     store = open_store(url, **options(url))
     await store.aopen(create=True)  # type: ignore[attr-defined]
+    conflicts, read = await _aappend_racing(store, worker, n)
+    await store.aclose()  # type: ignore[attr-defined]
+    return {"conflicts": conflicts, "read": read}
+
+
+async def _aappend_racing(store: object, worker: str, n: int) -> tuple[int, list[int]]:
+    """Append ``n`` records to an open store, reading what others wrote after each lost race;
+    returns the races lost and the seqs read back."""
     last = -1
     async for r in store.aload():  # type: ignore[attr-defined]
         last = int(r.data["seq"])
@@ -81,8 +89,7 @@ async def async_append_worker(url: str, worker: str, n: int) -> dict[str, object
                     last = int(r.data["seq"])
                     read.append(last)
         await asyncio.sleep(0)  # let the other tasks in between appends too
-    await store.aclose()  # type: ignore[attr-defined]
-    return {"conflicts": conflicts, "read": read}
+    return conflicts, read
 
 
 def killable_writer(url: str, seed: int, out: str) -> None:
@@ -204,22 +211,8 @@ def forked_appender(url: str, worker: str, n: int, out: str) -> None:
 def forked_async_appender(store: object, worker: str, n: int, out: str) -> None:
     """`forked_appender` for a store the parent opened on its event loop (``aopen``) before forking."""
 
-    async def run() -> None:
-        last = -1
-        async for r in store.aload():  # type: ignore[attr-defined]
-            last = int(r.data["seq"])
-        for i in range(n):
-            while True:
-                try:
-                    await store.aappend([_record(last + 1, worker, i)], expected_seq=last + 1)  # type: ignore[attr-defined]
-                    last += 1
-                    break
-                except ConcurrencyError:
-                    async for r in store.aload(after=last):  # type: ignore[attr-defined]
-                        last = int(r.data["seq"])
-
     try:
-        asyncio.run(run())
+        asyncio.run(_aappend_racing(store, worker, n))
         Path(out).write_text("ok")
     except Exception as exc:  # reported to the test, which names it
         Path(out).write_text(f"{type(exc).__name__}: {exc}")
