@@ -258,6 +258,9 @@ SUMMARIZER_FAILURES: frozenset[FallbackReason] = frozenset(
 )
 """Fallbacks that mean the summarizer did not deliver (as opposed to a strategy judging a summary not worth it)."""
 
+OFFLINE_INSTEAD = "; summarized offline instead"
+"""How the reason of a summarizer's fallback ends when the summary was written offline in its place."""
+
 
 ActionKind: TypeAlias = Literal[
     "truncated",  # a tool output was cut at ingest; the full text went to the artifact store

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._report import Report
-from ..compaction import SUMMARIZER_FAILURES, Action, FallbackReason
+from ..compaction import OFFLINE_INSTEAD, SUMMARIZER_FAILURES, Action, FallbackReason
 from ..messages import JSONValue, Message
 
 __all__ = [
@@ -61,12 +61,8 @@ def fallbacks(actions: Iterable[Action]) -> list[Action]:
 def describe_fallback(action: Action) -> str:
     """One fallback in plain words: which strategy gave way, and why."""
     why = _WHY.get(action.fallback, "") if action.fallback is not None else ""
-    offline = action.reason.endswith("; summarized offline instead")
-    detail = (
-        action.reason.split("; messages left unchanged")[0]
-        .removesuffix("; summarized offline instead")
-        .strip()
-    )
+    offline = action.reason.endswith(OFFLINE_INSTEAD)
+    detail = action.reason.split("; messages left unchanged")[0].removesuffix(OFFLINE_INSTEAD).strip()
     what = "wrote the summary offline" if offline else "gave way to the next tier"
     text = f"{action.strategy} {what}: {why or detail}"
     if why and detail and detail.lower() not in why.lower():

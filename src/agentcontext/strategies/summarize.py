@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..compaction import (
+    OFFLINE_INSTEAD,
     SUMMARIZER_FAILURES,
     SYNTHETIC_KINDS,
     Action,
@@ -325,7 +326,7 @@ class Summarize:
                 kind="fallback",
                 strategy=self.name,
                 message_ids=(),
-                reason=f"{failed}; summarized offline instead",
+                reason=f"{failed}{OFFLINE_INSTEAD}",
                 fallback=failed.code,
             )
             result = dataclasses.replace(result, actions=(*result.actions, note))
