@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import overload
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from _sizes import examples
@@ -274,6 +274,8 @@ def _policy(words: int) -> Message:
     messy=st.booleans(),
     cjk=st.sampled_from([0.0, 0.5]),
 )
+# A newest step kept past a raised target (it left compaction due again at once): found by this test.
+@example(seed=509503621, floor=0.75, messy=False, cjk=0.0)
 def test_a_system_prompt_filling_most_of_the_budget_keeps_a_summary_and_compacts_rarely(
     seed: int, floor: float, messy: bool, cjk: float
 ) -> None:

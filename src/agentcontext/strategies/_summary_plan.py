@@ -248,11 +248,14 @@ def plan_summary(
             # The newest step, when it alone is over the share to keep, is what the agent reads next.
             # A summary with less room than it asks for costs older detail; summarizing the step costs
             # the agent a re-read of what it just read, and the same again at every step as large (a
-            # read loop). So the step stays whenever the summary gets a twentieth of the target, even
-            # past the target, up to where compaction would end (the soft limit): a step that large
-            # makes every step compact anyway.
+            # read loop). So the step stays whenever the summary gets a twentieth of the target; a
+            # step of a quarter of the budget or more (a file read) even past the target, up to where
+            # compaction would end (the soft limit): a step that large makes every step compact anyway.
+            # A smaller one stays under the target, so compaction stays rare (a large system prompt
+            # leaves little room between the target and the soft limit).
             least = max(strategy.min_summary_tokens, ctx.target // 20)
-            if used + least <= max(ctx.settle, ctx.target):
+            ceiling = max(ctx.settle, ctx.target) if suffix[p] >= ctx.budget // 4 else ctx.target
+            if used + least <= ceiling:
                 best = (p, max(room, least), needs_ack, max(ctx.target, used + least))
                 break
         if room < strategy.min_summary_tokens:
