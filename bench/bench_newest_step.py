@@ -6,7 +6,11 @@ every assistant message, in windows of 3,000 and 6,000 tokens (a word counter). 
 history ends on a tool result, it records whether that result is in the prompt, by the size of the
 newest step against the budget, and counts the user requests dropped without a summary.
 
-usage: python bench/bench_newest_step.py [--seeds 40]
+Without ingest truncation by default, so that steps of every size reach compaction; with
+``--truncate``, the engine's default truncator cuts each output at ingest, and a step counts as kept
+when every result of it is in the prompt, cut or not (its size is the uncut one's).
+
+usage: python bench/bench_newest_step.py [--seeds 40] [--truncate]
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import collections
 import time
 
 from agentcontext import ContextEngine
-from agentcontext.compaction import is_user_request
+from agentcontext.compaction import is_user_request, kind_of
 from agentcontext.testing import WordCounter, make_conversation
 
 BUCKETS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 99.0))
@@ -25,7 +29,9 @@ BUCKETS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 99.0))
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument("--truncate", action="store_true", help="the engine's default ingest truncation")
     args = ap.parse_args()
+    truncate: dict[str, object] = {} if args.truncate else {"truncator": None}
     counter = WordCounter()
     kept: collections.Counter[tuple[float, float]] = collections.Counter()
     seen: collections.Counter[tuple[float, float]] = collections.Counter()
@@ -34,7 +40,7 @@ def main() -> None:
     for seed in range(args.seeds):
         msgs = make_conversation(seed, rounds=6, steps=(2, 6), output_tokens=(200, 2500), huge_share=0.1)
         for window in (3_000, 6_000):
-            engine = ContextEngine(counter=counter, window=window, reserve=500, truncator=None)
+            engine = ContextEngine(counter=counter, window=window, reserve=500, **truncate)  # type: ignore[arg-type]
             for stop in [i for i, m in enumerate(msgs) if m.role == "assistant" and i > 0]:
                 history = msgs[:stop]
                 prepared = engine.prepare(history)
@@ -50,7 +56,9 @@ def main() -> None:
                 share = counter.count_messages(history[step:]) / prepared.report.budget
                 bucket = next(b for b in BUCKETS if b[0] <= share < b[1])
                 seen[bucket] += 1
-                kept[bucket] += history[-1] in prepared.messages
+                answered = {m.tool_call_id for m in history[step + 1 :]}
+                read = {m.tool_call_id for m in prepared.messages if m.role == "tool" and kind_of(m) is None}
+                kept[bucket] += answered <= read if args.truncate else history[-1] in prepared.messages
     print(f"{calls:,} calls, {compacting:,} compacting; {time.perf_counter() - started:.1f} s")
     print("| newest step / budget | compacting calls | newest tool result kept |")
     print("| --- | ---: | ---: |")

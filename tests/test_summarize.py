@@ -891,6 +891,28 @@ def test_a_running_agent_keeps_every_newest_step_when_each_takes_two_fifths_of_t
     assert compacted >= 15
 
 
+def test_a_newest_step_of_two_thirds_of_the_budget_stays_whole_until_the_agent_has_read_it() -> None:
+    # Parallel calls whose outputs together take about two thirds of the budget: beside the system
+    # prompt, the task and a summary, the prompt is past the soft limit, yet within the budget. Kept
+    # only up to the soft limit, the step was summarized before the model had read it in every such call
+    # (the agent asks again, gets the same outputs, and loses them again: a read loop).
+    msgs = _large_steps(0)
+    engine = ContextEngine(counter=COUNTER, window=2_400, reserve=300, truncator=None)
+    for step in range(12):
+        calls = [ToolCall(id=f"c{step}.{k}", name="run", arguments=json.dumps({"part": k})) for k in range(3)]
+        msgs.append(Message(role="assistant", content="", tool_calls=tuple(calls)))
+        msgs += [
+            Message(role="tool", tool_call_id=c.id, content=f"step {step}.{k} " + "output line " * 230)
+            for k, c in enumerate(calls)
+        ]
+        prepared = engine.prepare(msgs)
+        assert prepared.report.tokens_after <= prepared.report.budget
+        assert prepared.messages[-4:] == msgs[-4:], f"step {step}: the outputs just received were summarized"
+        if step:
+            assert prepared.report.compacted
+            assert f"step {step - 1}.0" not in "".join(m.text for m in prepared.messages[-4:])
+
+
 def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     # The newest-step rule is for a share; a caller who asked for no rounds gets none.
     msgs = _large_steps(3)

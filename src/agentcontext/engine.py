@@ -1069,7 +1069,10 @@ class ContextEngine:
             if result.note:
                 notes.append(f"{lvl.label}: {result.note}")
             current, tokens = result.messages, result.tokens
-            if tokens <= call.room and (tokens <= soft_tokens or lvl == Level.EMERGENCY or call.fill):
+            # A result past the soft limit on purpose (`CompactionResult.settled`: a newest step the agent
+            # has not read yet, kept whole) ends the call too: a higher level would only summarize that step.
+            done = tokens <= soft_tokens or result.settled or lvl == Level.EMERGENCY or call.fill
+            if tokens <= call.room and done:
                 break
             if attempts >= _MAX_ATTEMPTS:
                 hard: CompactionResult = yield from HardTruncate().flow(current, ctx)
@@ -1114,8 +1117,9 @@ class ContextEngine:
     def _target(self, call: _Call, notes: list[str]) -> tuple[int, int]:
         """The tokens the messages are compacted towards, and how far past it a large newest step may stay.
 
-        A running agent's target is the thresholds' (the budget in a one-shot fill); compacting
-        on demand, within it, `_forced`'s, and nothing may stay past that.
+        A running agent's target is the thresholds' (the budget in a one-shot fill), and a newest
+        step the agent has not read yet may stay up to the budget (`plan_summary`); compacting on
+        demand, within it, `_forced`'s, and nothing may stay past that.
         """
         th, room = call.thresholds, call.room
         target = int(th.target * room)
@@ -1128,7 +1132,7 @@ class ContextEngine:
                 "the soft limit keeps (never the newest step)"
             )
             return call.forced, call.forced
-        return target, int(th.soft * room)
+        return target, room
 
     def _notes(self, call: _Call) -> list[str]:
         notes: list[str] = []

@@ -66,9 +66,9 @@ class CompactionContext:
     target: int
     """The prompt size compaction aims at, below the soft limit, so it does not fire again next step."""
     settle: int = 0
-    """The most a result may take and still end this call's compaction (the soft limit; the budget in a
-    one-shot fit); 0 means the target. A strategy may stop past the target, up to it, on purpose
-    (`CompactionResult.settled`)."""
+    """The most a result may take and still end this call's compaction: the budget (the target when
+    compacting on demand); 0 means the target. A strategy may stop past the target, up to it, on purpose
+    (`CompactionResult.settled`): only to keep a large newest step whole."""
     reply_overhead: int = 3
     """Tokens the chat format adds once per prompt (reply priming)."""
     protected_ids: frozenset[str] = field(default_factory=frozenset)

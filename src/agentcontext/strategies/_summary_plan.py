@@ -248,21 +248,19 @@ def plan_summary(
         room = ctx.target - used
         if p == newest:
             # The newest step, when it alone is over the share to keep, is what the agent reads next.
-            # A summary with less room than it asks for costs older detail; summarizing the step costs
-            # the agent a re-read of what it just read, and the same again at every step as large (a
-            # read loop). So the step stays whenever the summary gets a twentieth of the target; a
-            # step of a quarter of the budget or more (a file read) even past the target, up to where
-            # compaction would end (the soft limit): a step that large makes every step compact anyway.
-            # A smaller one stays under the target, so compaction stays rare (a large system prompt
-            # leaves little room between the target and the soft limit). The summary also keeps at
-            # least half the room the previous one had: it is the only record of what that one
-            # covered, and squeezed to a twentieth of the target at every large step it forgot most of
-            # it for good (identifiers of compacted messages kept, bench_summaries: 87% before this
-            # rule, 73% with it, 79% with this floor; the newest step of 30-50% of the budget stays 98%).
-            # Half, not all of it: with all of it, newest steps of 30-50% of the budget were summarized
-            # in 30% of those calls (each one a re-read, and a read loop where it recurs), and 86% of
-            # those of 50-70%; with half, 2% and 68%.
-            least = max(strategy.min_summary_tokens, ctx.target // 20, kept_before // 2)
+            # Summarizing it costs the agent a re-read of what it has not even read yet, and the same
+            # again at every step as large (a read loop). So it stays whenever the summary beside it
+            # keeps the room the previous summary had (the only record of what that one covered:
+            # squeezed at every large step, it forgot most of it for good) and at least a twentieth
+            # of the target; a step of a quarter of the budget or more (a file read, parallel calls)
+            # even past the target and the soft limit, up to the budget (`CompactionContext.settle`):
+            # a step that large makes every step compact anyway, and the next compaction summarizes it
+            # once the agent has read it. A smaller one stays under the target, so compaction stays rare.
+            # Measured (bench_newest_step, bench_summaries): up to the soft limit only, with half the
+            # previous room, steps of 50-70% of the budget were summarized unread in 68% of compacting
+            # calls and larger ones in all, and 79% of compacted identifiers stayed; up to the budget,
+            # with all of it, 6% and those over the budget less the summary, and 85% stayed.
+            least = max(strategy.min_summary_tokens, ctx.target // 20, kept_before)
             ceiling = max(ctx.settle, ctx.target) if suffix[p] >= ctx.budget // 4 else ctx.target
             if used + least <= ceiling:
                 best = (p, max(room, least), needs_ack, max(ctx.target, used + least))

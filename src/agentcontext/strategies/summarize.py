@@ -278,11 +278,11 @@ class Summarize:
                     raise
                 if fb.code in _NOTHING_NEW and total <= ctx.settle:
                     # Nothing but the newest step is left to summarize, and what there is already
-                    # ends this call's compaction (masking got it there): it stays as it is.
+                    # fits the budget (masking got it there): it stays as it is, for the agent to read.
                     return CompactionResult(
                         messages=msgs,
                         tokens=total,
-                        note=f"{fb}; the newest step stays, at {total:,} tokens, within the soft limit",
+                        note=f"{fb}; the newest step stays, at {total:,} tokens, within the budget",
                         settled=True,
                     )
                 # Keeping the newest step left a summary that could not work (nothing new in what
