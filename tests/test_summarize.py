@@ -913,6 +913,19 @@ def test_a_newest_step_of_two_thirds_of_the_budget_stays_whole_until_the_agent_h
             assert f"step {step - 1}.0" not in "".join(m.text for m in prepared.messages[-4:])
 
 
+def test_a_newest_step_stays_when_the_user_spoke_before_the_model_read_its_results() -> None:
+    # The user types while the tools run: their message follows the step's results. The split at that
+    # message kept it alone and summarized the outputs the model had not read (a review: a 36,000-token
+    # budget compacted to 581 tokens, the three files just read gone).
+    msgs = _large_steps(3)
+    msgs.append(Message(role="user", content="Also check that dark mode still works."))
+    engine = ContextEngine(counter=COUNTER, window=2_800, reserve=300, truncator=None)
+    prepared = engine.prepare(msgs)
+    assert prepared.report.compacted
+    assert prepared.messages[-3:] == msgs[-3:]  # the call, its output, and the user's message
+    assert prepared.report.tokens_after <= prepared.report.budget
+
+
 def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     # The newest-step rule is for a share; a caller who asked for no rounds gets none.
     msgs = _large_steps(3)

@@ -304,7 +304,8 @@ def _candidates(
     summary_room: float,
 ) -> tuple[list[int], int | None]:
     """Split points that keep at most the newest share (or the last rounds), earliest (most kept) first,
-    and the split keeping only the newest step when that step alone is over the share (else None).
+    and the split keeping only the newest step when that step alone is over the share (else None): the
+    last call and its results, and the user's messages after them while no model reply has read them.
 
     A split at a user turn comes first when it keeps at least half of that share:
     a summary then covers whole exchanges. A user turn near the very end (an
@@ -328,7 +329,12 @@ def _candidates(
             keep = max(keep, ctx.target - summary_room - (suffix[0] - suffix[h]))
         preferred = [p for p in points if suffix[p] <= keep]
     newest = next((p for p in reversed(points) if p < n), None)
-    if strategy.keep_rounds is None and newest is not None and all(p == n for p in preferred):
+    # The agent's newest step is unread while no assistant message follows its results: the user may
+    # have spoken since (a message typed while the tools ran). Its split is the step's call.
+    step = next((i for i in range(n - 1, h - 1, -1) if msgs[i].role == "assistant"), None)
+    if step is not None and msgs[step].tool_calls and step != newest and step in points:
+        newest = step
+    if strategy.keep_rounds is None and newest is not None and all(p > newest for p in preferred):
         # The newest step alone is over the share (a large tool output): it is what the agent reads
         # next, so it is tried first, rather than a split at the very end summarizing the result of
         # the call the model just made.
