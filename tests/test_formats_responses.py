@@ -252,7 +252,7 @@ def test_a_hosted_call_and_its_output_change_together_or_not_at_all() -> None:
     prepared = engine.prepare([user, call])
     back = responses.from_messages(prepared.messages)
     assert check_responses({"model": "m", "input": back}, tied=ties(items))[0] is None
-    assert back[-1]["role"] == "user" and "no result was recorded" in back[-1]["content"]
+    assert back[-1]["role"] == "user" and "no result followed" in back[-1]["content"]
 
 
 def test_messages_from_elsewhere_become_plain_items() -> None:

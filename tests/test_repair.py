@@ -7,6 +7,7 @@ import re
 import pytest
 
 from agentcontext.engine import ContextEngine
+from agentcontext.compaction import is_observation
 from agentcontext.exceptions import InvalidConversationError
 from agentcontext.formats import openai as oai
 from agentcontext.invariants import check_messages
@@ -35,7 +36,7 @@ def test_unanswered_call_gets_a_marked_stub_before_the_next_turn() -> None:
     out = list(prepared.messages)
     assert check_messages(out) == []
     stub = out[3]
-    assert stub.role == "tool" and stub.tool_call_id == "b" and "no result was recorded" in stub.text
+    assert stub.role == "tool" and stub.tool_call_id == "b" and "no result followed" in stub.text
     assert any(a.kind == "repaired" and "'b'" in a.reason for a in prepared.report.actions)
 
 
@@ -52,15 +53,20 @@ def test_a_system_message_after_an_unanswered_call_comes_after_its_stub() -> Non
     out = list(prepared.messages)
     assert check_messages(out) == []
     assert [m.role for m in out] == ["user", "assistant", "tool", "system", "user"]
-    assert out[2].tool_call_id == "c1" and "no result was recorded" in out[2].text
-    # A result arriving after the notice no longer follows its call: taken out of the prompt, and said so.
-    late = Message(role="tool", tool_call_id="c1", content="done")
+    assert out[2].tool_call_id == "c1" and "no result followed" in out[2].text
+    # A result arriving after the notice no longer follows its call: what it says reaches the model as
+    # text, marked as a command's output (it was dropped, with the stub claiming no result existed).
+    late = Message(role="tool", tool_call_id="c1", content="done: 3 tests FAILED")
     prepared = engine().prepare(msgs[:3] + [late] + msgs[3:])
-    assert check_messages(list(prepared.messages)) == []
+    out = list(prepared.messages)
+    assert check_messages(out) == []
+    assert [m.role for m in out] == ["user", "assistant", "tool", "system", "user", "user"]
+    assert "done: 3 tests FAILED" in out[4].text and "'c1'" in out[4].text and is_observation(out[4])
+    assert out[5].text == "next"  # still the latest request
     assert any(a.kind == "repaired" and late.id in a.message_ids for a in prepared.report.actions)
 
 
-def test_orphan_and_duplicate_results_are_taken_out_and_reported() -> None:
+def test_a_result_before_any_call_is_kept_as_text_and_a_duplicate_is_taken_out() -> None:
     msgs = [
         Message(role="user", content="go"),
         Message(role="tool", tool_call_id="nobody", content="stray"),
@@ -73,8 +79,9 @@ def test_orphan_and_duplicate_results_are_taken_out_and_reported() -> None:
     out = list(prepared.messages)
     assert check_messages(out) == []
     assert msgs[1] not in out and msgs[4] not in out
+    assert out[1].role == "user" and "stray" in out[1].text
     reasons = " ".join(a.reason for a in prepared.report.actions)
-    assert "answers no earlier tool call" in reasons and "already answered" in reasons
+    assert "came late or early" in reasons and "already answered" in reasons
 
 
 def test_repeated_call_ids_are_renamed_with_their_results() -> None:

@@ -11,8 +11,12 @@ Repairs, each reported as a ``"repaired"`` action:
 * an unanswered tool call gets a clearly marked stub result, placed right after
   the call's other results (before the next message that is not a tool result,
   a system message included: providers want a call's results right after it);
-* a tool result that answers no earlier call, or answers one a second time, is
-  taken out of the prompt (it stays in the input and the session log);
+* a tool result that arrives after its call's block was closed (a late result:
+  another message came between, and the call got a stub) or before any call of
+  its id (an early one) is kept as text, in a user message marked as a command's
+  output (``metadata["observation"]``), so what it says still reaches the model;
+* a tool result inside a block that answers no call of it, or answers one a
+  second time, is taken out of the prompt (it stays in the input and the session log);
 * a call id used before (in an earlier message, or twice in one) is renamed
   (``id`` -> ``id_2``, with only the characters every provider accepts in ids),
   and results are matched to calls of that id in order, so every id is unique
@@ -31,14 +35,14 @@ from dataclasses import dataclass, field
 
 from .compaction import Action, MessageKind, marker
 from .exceptions import InvalidConversationError
-from .messages import Message, ToolCall, derive_id
+from .messages import ContentPart, Message, TextPart, ToolCall, derive_id
 
 __all__ = ["RepairState", "repair_messages", "stub_result"]
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 """Characters some provider refuses in a tool call id (Anthropic accepts ``^[A-Za-z0-9_-]+$``)."""
 
-STUB_TEXT = "[agentcontext: no result was recorded for this tool call]"
+STUB_TEXT = "[agentcontext: no result followed this tool call]"
 EMPTY_TEXT = "[agentcontext: this message was empty]"
 START_TEXT = "[agentcontext: the conversation's opening user message is missing; it begins below]"
 
@@ -161,10 +165,15 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
             out.append(m)
             state.last_id = m.id
             return
+        if not state.pending and cid not in state.answered:
+            # Between blocks: a late or early result. Its words may be what the model needs next
+            # (a failing test's output), so they stay, as text no provider refuses.
+            _keep_as_text(m, state, out, actions)
+            return
         why = (
             "answers a call that was already answered"
             if cid in state.answered
-            else "answers no earlier tool call"
+            else "answers no call of this block"
         )
         actions.append(
             Action(
@@ -223,6 +232,39 @@ def _repair_one(m: Message, state: RepairState, out: list[Message], actions: lis
         new_m = fixed
     out.append(new_m)
     state.last_id = new_m.id
+
+
+def _keep_as_text(m: Message, state: RepairState, out: list[Message], actions: list[Action]) -> None:
+    """A tool result outside any block of its call, as a user message that carries a command's output."""
+    state.close_block(out, actions)
+    head = (
+        f"[agentcontext: the result of tool call {m.tool_call_id!r}"
+        + (f" ({m.name})" if m.name else "")
+        + ", which did not come right after its call; kept here as text]"
+    )
+    content = m.content
+    if isinstance(content, tuple):
+        new_content: str | tuple[ContentPart, ...] = (TextPart(text=head), *content)
+    else:
+        new_content = f"{head}\n{content or ''}"
+    note = Message(
+        role="user",
+        content=new_content,
+        id=derive_id(m.id, "late result"),
+        metadata={**m.metadata, "observation": True},
+    )
+    out.append(note)
+    state.last_id = note.id
+    actions.append(
+        Action(
+            kind="repaired",
+            strategy="repair",
+            message_ids=(m.id,),
+            replacement_ids=(note.id,),
+            reason=f"tool result for {m.tool_call_id!r} follows no open call of it (it came late or early): "
+            "kept as text in a user message",
+        )
+    )
 
 
 def repair_messages(
