@@ -385,7 +385,7 @@ def test_a_history_sent_once_with_fill_fills_the_budget_and_the_default_compacts
         reports.append(context.last.report)
     one_shot, running = reports
     assert one_shot.tokens_before > 2 * one_shot.budget
-    assert any(n.startswith("one-shot fit: filled to") for n in one_shot.notes) and one_shot.fill
+    assert any(n.startswith("one-shot fit: filled up to") for n in one_shot.notes) and one_shot.fill
     share = 0.96 if fill is True else fill  # the budget less a 4% margin, or the share asked for
     # Nearly all of it used: what is left is about one round of the history (400 tokens) or less.
     assert (share - 0.06) * one_shot.budget < one_shot.tokens_after <= share * one_shot.budget

@@ -640,7 +640,7 @@ def test_the_hook_fills_the_budget_by_default_or_per_request_and_its_report_says
     for report in recording.reports:
         assert report.tokens_before > 2 * report.budget
         if report.fill:
-            assert any(n.startswith("one-shot fit: filled to") for n in report.notes)
+            assert any(n.startswith("one-shot fit: filled up to") for n in report.notes)
             assert report.tokens_after > (0.8 if "90%" in report.notes[0] else 0.85) * report.budget
         else:
             assert report.tokens_after < 0.6 * report.budget

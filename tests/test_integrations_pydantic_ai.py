@@ -454,7 +454,7 @@ def test_a_history_sent_once_with_fill_fills_the_budget_and_the_default_compacts
         assert request.tokens == pytest.approx(reports[fill].tokens_after, rel=0.02)  # the server's count
     one_shot, running = reports[True], reports[False]
     assert one_shot.tokens_before > 2 * one_shot.budget
-    assert one_shot.fill and any(n.startswith("one-shot fit: filled to") for n in one_shot.notes)
+    assert one_shot.fill and any(n.startswith("one-shot fit: filled up to") for n in one_shot.notes)
     assert one_shot.tokens_after > 0.85 * one_shot.budget  # nearly the whole budget
     assert not running.fill and not any("one-shot" in n for n in running.notes)
     assert running.tokens_after < 0.6 * running.budget  # the hysteresis target a running agent uses

@@ -547,7 +547,7 @@ def history_items(steps: int = 60) -> list[dict[str, Any]]:
 
 def assert_one_shot(report: Any, sent: Request) -> None:
     assert report.tokens_before > 2 * report.budget
-    assert report.fill and any(n.startswith("one-shot fit: filled to") for n in report.notes)
+    assert report.fill and any(n.startswith("one-shot fit: filled up to") for n in report.notes)
     assert report.tokens_after > 0.85 * report.budget  # nearly the whole budget
     assert sent.tokens > 0.85 * report.budget  # so says the server's own count
 

@@ -185,3 +185,35 @@ def test_tiered_stops_at_the_first_tier_that_reaches_the_target() -> None:
     assert {a.kind for a in final.actions} == {"masked"}  # masking alone was enough
     with pytest.raises(ConfigError):
         Tiered(tiers=())
+
+
+def test_the_engines_stats_count_every_message_dropped_masked_or_summarized() -> None:
+    # The reports named each message compaction took out of the prompt, but the stats said only how
+    # many calls compacted: 122 dropped and 94 masked messages showed as one emergency compaction.
+    from agentcontext import ContextEngine, Level
+    from agentcontext.testing import make_conversation
+
+    msgs = make_conversation(3, rounds=6, steps=(2, 6), output_tokens=(200, 1500))
+    budgeted = {
+        lvl: Tiered(tiers=(MaskObservations(keep_recent=1, clear_at_least=0), TokenBudget()))
+        for lvl in Level
+        if lvl
+    }
+    for pipelines in (None, budgeted):
+        engine = ContextEngine(
+            counter=WordCounter(), window=3_000, reserve=500, truncator=None, pipelines=pipelines
+        )
+        done: dict[str, int] = {"summarized": 0, "dropped": 0, "masked": 0}
+        for stop in range(2, len(msgs) + 1):
+            for a in engine.prepare(msgs[:stop]).report.actions:
+                if a.kind in done:
+                    done[a.kind] += len(a.message_ids)
+        stats = engine.stats
+        assert (stats.messages_summarized, stats.messages_dropped, stats.messages_masked) == (
+            done["summarized"],
+            done["dropped"],
+            done["masked"],
+        )
+        assert sum(done.values()) > 0
+        assert stats.to_dict()["messages_masked"] == done["masked"]
+    assert done["masked"] and done["dropped"]

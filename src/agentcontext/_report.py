@@ -140,6 +140,14 @@ class EngineStats:
     """Summarizer calls that raised (each one made its strategy fall back)."""
     summaries: int = 0
     """Summaries inserted."""
+    messages_summarized: int = 0
+    """Messages replaced by summaries (each call's compaction counts the ones it covered)."""
+    messages_dropped: int = 0
+    """Messages removed from prompts without a summary (each in its report's ``dropped`` actions)."""
+    messages_masked: int = 0
+    """Tool results replaced by a placeholder with a recall reference."""
+    messages_shortened: int = 0
+    """Messages whose text or tool-call arguments compaction cut (ingest cuts are `truncations`)."""
     fallbacks: dict[str, int] = field(default_factory=dict)
     """Strategy fallbacks by reason (``"summarizer_error"``, ``"over_target"``, ``"no_progress"``...)."""
     _ratio_sum: float = 0.0
@@ -176,5 +184,9 @@ class EngineStats:
             "overflows": self.overflows,
             "summarizer_failures": self.summarizer_failures,
             "summaries": self.summaries,
+            "messages_summarized": self.messages_summarized,
+            "messages_dropped": self.messages_dropped,
+            "messages_masked": self.messages_masked,
+            "messages_shortened": self.messages_shortened,
             "fallbacks": dict(self.fallbacks),
         }

@@ -1138,7 +1138,7 @@ class ContextEngine:
         notes: list[str] = []
         th = call.thresholds
         if call.fill:
-            notes.append(f"one-shot fit: filled to {th.target:.0%} of the budget (no hysteresis target)")
+            notes.append(f"one-shot fit: filled up to {th.target:.0%} of the budget (no hysteresis target)")
         elif th is not self.thresholds:
             notes.append(
                 f"the system prompt and the latest request take {call.floor.tokens + self.reply_overhead:,} of "
@@ -1188,6 +1188,13 @@ class ContextEngine:
         for a in report.actions:
             if a.kind == "summarized":
                 s.summaries += 1
+                s.messages_summarized += len(a.message_ids)
+            elif a.kind == "dropped":
+                s.messages_dropped += len(a.message_ids)
+            elif a.kind == "masked":
+                s.messages_masked += len(a.message_ids)
+            elif a.kind in ("shortened", "arguments_shortened"):
+                s.messages_shortened += len(a.message_ids)
             elif a.kind == "fallback":
                 code = a.fallback.value if a.fallback is not None else a.strategy
                 s.fallbacks[code] = s.fallbacks.get(code, 0) + 1
