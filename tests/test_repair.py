@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from agentcontext.engine import ContextEngine
 from agentcontext.compaction import is_observation
+from agentcontext.engine import ContextEngine
 from agentcontext.exceptions import InvalidConversationError
 from agentcontext.formats import openai as oai
 from agentcontext.invariants import check_messages

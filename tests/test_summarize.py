@@ -926,6 +926,22 @@ def test_a_newest_step_stays_when_the_user_spoke_before_the_model_read_its_resul
     assert prepared.report.tokens_after <= prepared.report.budget
 
 
+def test_a_long_task_statement_stays_word_for_word_when_it_fits_half_the_room() -> None:
+    # A task of twenty constraints, a third of the target: over the ledger's share, it went into the
+    # summary, cut in the middle to fit it ("[…]"), and 14 of the constraints were gone.
+    goal = "Migrate the billing service. " + " ".join(
+        f"Constraint {i}: keep endpoint invoices/{i} compatible and send header X-Tenant-{i}."
+        for i in range(20)
+    )
+    msgs = [Message(role="system", content="You run commands."), Message(role="user", content=goal)]
+    msgs += _large_steps(4)[2:]
+    msgs.append(Message(role="user", content="Now write the invoices router."))
+    engine = ContextEngine(counter=COUNTER, window=200 + 6 * COUNTER.count_message(msgs[1]), reserve=200)
+    prepared = engine.prepare(msgs)
+    assert prepared.report.compacted and prepared.report.tokens_after <= prepared.report.budget
+    assert msgs[1] in prepared.messages
+
+
 def test_keep_rounds_zero_keeps_no_step_however_large_the_newest() -> None:
     # The newest-step rule is for a share; a caller who asked for no rounds gets none.
     msgs = _large_steps(3)

@@ -68,9 +68,10 @@ class _Ledger:
         *,
         mode: Literal["all", "pinned", "none"],
         room: int,
+        goal_room: int,
     ) -> None:
         n = len(msgs)
-        self.h, self.counts, self.mode, self.room = h, counts, mode, room
+        self.h, self.counts, self.mode, self.room, self.goal_room = h, counts, mode, room, goal_room
 
         def must(i: int) -> bool:
             m = msgs[i]
@@ -99,10 +100,12 @@ class _Ledger:
         k = bisect.bisect_left(self.users, p)
         if self.mode != "all" or k == 0:
             return False, k, k
+        # The user's first request (the task) is kept whole up to a room of its own, beyond the
+        # ledger's: cut to fit a summary, a long task statement lost most of its constraints.
         room = self.room
-        goal = self.counts[self.users[0]] <= room
+        goal = self.counts[self.users[0]] <= max(room, self.goal_room)
         if goal:
-            room -= self.counts[self.users[0]]
+            room = max(room - self.counts[self.users[0]], 0)
         # The newest requests before p, newest first, while they fit: the longest suffix users[j:k]
         # (j >= 1) whose total fits the room. Totals only grow as j falls, so a binary search finds j.
         sums = self.user_sums
@@ -230,6 +233,7 @@ def plan_summary(
         ctx,
         mode=strategy.ledger,
         room=min(int(strategy.ledger_share * ctx.target), space // 2),
+        goal_room=space // 2,
     )
     best: tuple[int, int, bool, int] | None = None
     for p in candidates:

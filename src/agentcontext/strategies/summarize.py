@@ -137,7 +137,9 @@ class Summarize:
             ``metadata["pinned"] is True``) or ``"none"``. Pinned messages, the
             latest user request and system messages are always kept. With
             ``"all"``, the first request and the newest ones are kept up to
-            ``ledger_share`` of the target; the summary covers the rest.
+            ``ledger_share`` of the target (the first one, the task, up to half the
+            room above the system prompt and the latest request if it is longer);
+            the summary covers the rest.
         ledger_share: the most of the target the optional ledger may take, and never
             more than half the room the target leaves above the system prompt and the
             latest request (the summary keeps the rest when the engine has raised its
