@@ -584,6 +584,29 @@ def test_compact_now_never_grows_the_prompt_nor_takes_the_step_the_agent_just_ma
     assert prepared.report.compacted  # 30 long exchanges before it: those were summarized
 
 
+def test_compacting_again_with_nothing_new_changes_nothing() -> None:
+    # A second /compact with nothing new since the first: the summary had nothing new to cover, so
+    # the next tier dropped rounds, the agent's last calls and their results with them, and a third
+    # left the task alone (a review, Letta #2601's wipe).
+    msgs = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content="Fix it."),
+    ]
+    for i in range(12):
+        call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"cmd": f"pytest -k t{i}"}))
+        msgs.append(Message(role="assistant", content=f"Looking at step {i}.", tool_calls=(call,)))
+        msgs.append(
+            Message(role="tool", tool_call_id=call.id, content=f"FAILED test_{i} AssertionError\n" * 25)
+        )
+    with Session.from_store(MemoryStore(), engine=ContextEngine(window=16_000, counter=WordCounter())) as s:
+        s.extend(msgs)
+        first = s.compact()
+        assert first.report.compacted and [m.id for m in first.messages][-2:] == [m.id for m in msgs][-2:]
+        for _ in range(2):
+            again = s.compact()
+            assert not again.report.compacted and list(again.messages) == list(first.messages)
+
+
 # ----------------------------------------------------------------------------- undo
 
 

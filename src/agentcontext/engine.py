@@ -103,6 +103,8 @@ class _Call:
     recallable: bool
     forced: int | None = None
     """`must_fit` on messages already within the target: the tokens to compact them to (`ContextEngine._forced`)."""
+    newest: frozenset[str] = frozenset()
+    """With ``forced``: the ids of the newest step, which compacting on demand never takes."""
     correction: float = 1.0
     """The calibrated counter's correction this call was judged with (1.0 uncalibrated)."""
     artifacts: ArtifactStore | Literal[False] | None = None
@@ -816,11 +818,13 @@ class ContextEngine:
         start = max(level, minimum)
         if fill and counted.tokens <= room and minimum == Level.NONE:
             start = Level.NONE
-        forced = None
+        forced, newest = None, frozenset[str]()
         if minimum > Level.NONE and not fill and counted.tokens <= int(th.target * room):
-            forced = self._forced(counted, floor, th)
-            if forced is None:
+            found = self._forced(counted, floor, th)
+            if found is None:
                 start = Level.NONE  # nothing to gain: the newest step and what must stay are all there is
+            else:
+                forced, newest = found
         call = _Call(
             messages=messages,
             counted=counted,
@@ -835,6 +839,7 @@ class ContextEngine:
             fill=bool(fill),
             recallable=recallable,
             forced=forced,
+            newest=newest,
             correction=correction,
             artifacts=artifacts,
         )
@@ -981,8 +986,12 @@ class ContextEngine:
             with self._stats_lock:
                 self.stats.overflows += 1
             raise
-        if call.forced is not None and tokens >= counted.tokens:
-            return self._quiet(call)  # compacting on demand gained nothing: the messages stay as they were
+        if call.forced is not None and (
+            tokens >= counted.tokens or not call.newest <= {m.id for m in current}
+        ):
+            # Compacting on demand gained nothing, or only by taking the newest step (a second compaction
+            # with nothing new since: the next tier dropped the agent's last calls): the messages stay.
+            return self._quiet(call)
         # Remember the result without the tail stubs (the real results may arrive next step).
         stub_ids = {m.id for m in stubs}
         out = list(current)
@@ -1088,8 +1097,9 @@ class ContextEngine:
             notes.append("hard truncation: the configured pipeline did not reach the budget")
         return current, tokens, lvl, attempts
 
-    def _forced(self, counted: Counted, floor: _Floor, th: Thresholds) -> int | None:
-        """What `must_fit` compacts messages already within the target to; None when nothing can be gained.
+    def _forced(self, counted: Counted, floor: _Floor, th: Thresholds) -> tuple[int, frozenset[str]] | None:
+        """What `must_fit` compacts messages already within the target to, and the ids of the newest step,
+        which must stay; None when nothing can be gained.
 
         Compacting on demand (a provider refused a prompt the counter said fit, or a
         ``/compact``) must make progress even there, where every strategy would rightly
@@ -1112,7 +1122,7 @@ class ContextEngine:
         # the summary gets a twentieth of the target too).
         keep = kept + max(4 * Summarize.min_summary_tokens, kept // 8)
         shrunk = max(int(counted.tokens * th.target / th.soft), keep)
-        return shrunk if shrunk < counted.tokens else None
+        return (shrunk, frozenset(m.id for m in msgs[newest:])) if shrunk < counted.tokens else None
 
     def _target(self, call: _Call, notes: list[str]) -> tuple[int, int]:
         """The tokens the messages are compacted towards, and how far past it a large newest step may stay.
