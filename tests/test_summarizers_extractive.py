@@ -840,3 +840,24 @@ def test_room_left_keeps_what_the_agent_found_and_decided_without_crowding_out_t
     tight = summarize(msgs, max_tokens=120)
     assert "_column_transformer.py" in tight and "Done: the tests pass." in tight
     assert finding not in tight
+
+
+def test_a_commands_output_wrapped_in_json_is_read_as_its_lines() -> None:
+    # Codex records a shell call's result as {"output": ..., "metadata": {"exit_code": ...}}: escaped in
+    # JSON, the output was one line, and the failing test in it went unseen (a review).
+    ok = "".join(f"test case_{i} ... ok\n" for i in range(60))
+    out = f"running 61 tests\n{ok}test case_70 ... FAILED\nerror: test failed, to rerun pass `--lib`"
+    wrapped = json.dumps({"output": out, "metadata": {"exit_code": 101, "duration_seconds": 2.5}})
+    api = json.dumps({"output": "done", "reservation_id": "R8XK2"})  # an API's record: left whole
+    call = ToolCall(id="c1", name="shell", arguments=json.dumps({"command": ["cargo", "test"]}))
+    other = ToolCall(id="c2", name="book", arguments="{}")
+    msgs = [
+        Message(role="user", content="Make the tests pass."),
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", tool_call_id="c1", content=wrapped),
+        Message(role="assistant", tool_calls=(other,)),
+        Message(role="tool", tool_call_id="c2", content=api),
+    ]
+    text = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=400))
+    assert "case_70 ... FAILED" in text and "101" in text
+    assert "R8XK2" in text

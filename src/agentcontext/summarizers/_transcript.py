@@ -8,6 +8,7 @@ with its name and arguments, and every result with the call it answers.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -42,11 +43,54 @@ def terminal_text(text: str) -> str:
     Cached (bounded, by text): the extractive summary reads each output twice, once as the result of
     the call before it and once as a message of its own.
     """
+    text = _unwrapped(text)
     if "\x1b" in text:
         text = _ESCAPE.sub("", text).replace("\x1b", "")  # and an escape cut off at the end
     if "\r" in text:
         text = "\n".join(_last_state(line) for line in text.replace("\r\n", "\n").split("\n"))
     return text
+
+
+# A command's result as a JSON record (Codex's ``{"output": ..., "metadata": {"exit_code": 1, ...}}``):
+# only these keys, so an API's JSON answer (tau-bench's records, say) is left whole.
+_WRAPPER_KEYS = frozenset(
+    {
+        "output",
+        "stdout",
+        "stderr",
+        "error",
+        "metadata",
+        "exit_code",
+        "returncode",
+        "duration_seconds",
+        "timed_out",
+    }
+)
+
+
+def _unwrapped(text: str) -> str:
+    """A command's output wrapped in a JSON record, as its lines and its exit code; other text as it is.
+
+    Escaped in JSON, the output is one line, and its error lines and test counts went unseen."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}") and '"' in stripped[:20]):
+        return text
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return text
+    if not isinstance(data, dict) or not data.keys() <= _WRAPPER_KEYS:
+        return text
+    parts = [v for k in ("stdout", "output", "stderr", "error") if isinstance(v := data.get(k), str) and v]
+    if not parts:
+        return text
+    meta = data.get("metadata")
+    for source in (data, meta if isinstance(meta, dict) else {}):
+        code = source.get("exit_code", source.get("returncode"))
+        if isinstance(code, int) and not isinstance(code, bool):
+            parts.append(f"Exit code: {code}")
+            break
+    return "\n".join(parts)
 
 
 def _last_state(line: str) -> str:
