@@ -217,3 +217,41 @@ def test_the_engines_stats_count_every_message_dropped_masked_or_summarized() ->
         assert sum(done.values()) > 0
         assert stats.to_dict()["messages_masked"] == done["masked"]
     assert done["masked"] and done["dropped"]
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_a_newest_call_whose_arguments_alone_overflow_is_shortened_not_summarized(fill: bool) -> None:
+    # A file written in one call: its arguments alone are over the budget. The summary took that step
+    # whole, and every earlier round that did fit: 25,042 tokens became 323 in an 18,000-token budget.
+    from agentcontext import ContextEngine
+
+    msgs = [
+        Message(role="system", content="You refactor."),
+        Message(role="user", content="Rewrite the module."),
+    ]
+    for i in range(3):
+        read = ToolCall(id=f"r{i}", name="read_file", arguments=json.dumps({"path": f"m{i}.py"}))
+        msgs += [
+            Message(role="assistant", tool_calls=(read,)),
+            Message(role="tool", tool_call_id=read.id, content=f"line of m{i}.py " * 100),
+        ]
+    write = ToolCall(
+        id="w", name="write_file", arguments=json.dumps({"path": "new.py", "content": "x = 1 " * 3000})
+    )
+    msgs += [
+        Message(role="assistant", tool_calls=(write,)),
+        Message(role="tool", tool_call_id="w", content="written"),
+    ]
+    engine = ContextEngine(counter=COUNTER, window=3_000, reserve=500)
+    prepared = engine.prepare(msgs, fill=fill)
+    out = list(prepared.messages)
+    assert prepared.report.tokens_after <= prepared.report.budget and check_messages(out) == []
+    if fill:
+        assert out[2:8] == msgs[2:8]  # the reads, which fit, stay as they were
+    else:
+        assert prepared.report.tokens_after <= prepared.report.target  # then compacted to the target
+    shortened = out[-2].tool_calls[0]
+    assert shortened.id == "w" and json.loads(shortened.arguments)["path"] == "new.py"
+    assert len(shortened.arguments) < len(write.arguments) and out[-1] == msgs[-1]
+    (action,) = [a for a in prepared.report.actions if a.kind == "arguments_shortened"]
+    assert action.refs == (f"message:{msgs[-2].id}",)

@@ -24,6 +24,7 @@ from ._base import (
 )
 from .hard_truncate import HardTruncate as HardTruncate
 from .observation_masking import MaskObservations as MaskObservations
+from .observation_masking import ShortenArguments as ShortenArguments
 from .pipeline import Tiered as Tiered
 from .sliding_window import SlidingWindow as SlidingWindow
 from .summarize import Summarize as Summarize
@@ -37,6 +38,7 @@ __all__ = [
     "CompactionResult",
     "HardTruncate",
     "MaskObservations",
+    "ShortenArguments",
     "PureStrategy",
     "SlidingWindow",
     "Strategy",

@@ -1,4 +1,5 @@
-"""`MaskObservations`: micro-compaction of old tool results, with recall references."""
+"""`MaskObservations`: micro-compaction of old tool results, with recall references; `ShortenArguments`:
+tool-call arguments too long for the prompt to fit at all."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
 from ._base import CompactionContext, CompactionResult, PureStrategy
 
-__all__ = ["MaskObservations", "masked_placeholder"]
+__all__ = ["MaskObservations", "ShortenArguments", "masked_placeholder"]
 
 
 def _recall_ref(message: Message) -> str:
@@ -169,7 +170,7 @@ class MaskObservations(PureStrategy):
                 m = messages[i]
                 if not m.tool_calls or m.id in ctx.protected_ids:
                     continue
-                shortened = self._shorten_calls(m.tool_calls, self.shorten_arguments_over)
+                shortened = _shorten_calls(m.tool_calls, self.shorten_arguments_over)
                 if shortened is None:
                     continue
                 new = m.evolve(
@@ -196,23 +197,83 @@ class MaskObservations(PureStrategy):
         out = tuple(replaced.get(i, m) for i, m in enumerate(messages))
         return CompactionResult(messages=out, actions=tuple(actions), tokens=total - freed)
 
-    @staticmethod
-    def _shorten_calls(calls: Sequence[ToolCall], max_chars: int) -> tuple[ToolCall, ...] | None:
-        changed = False
-        out: list[ToolCall] = []
-        for call in calls:
-            if len(call.arguments) <= max_chars:
-                out.append(call)
-                continue
-            try:
-                parsed: JSONValue = json.loads(call.arguments)
-            except ValueError:
-                out.append(call)  # not JSON: cutting it would make it unusable for Anthropic
-                continue
-            short, cut = _shorten_strings(parsed, max_chars)
-            if cut == 0:
-                out.append(call)
-                continue
-            out.append(ToolCall(id=call.id, name=call.name, arguments=json.dumps(short, ensure_ascii=False)))
-            changed = True
-        return tuple(out) if changed else None
+
+def _shorten_calls(calls: Sequence[ToolCall], max_chars: int) -> tuple[ToolCall, ...] | None:
+    """``calls`` with JSON argument strings over ``max_chars`` shortened (still valid JSON); None if none is."""
+    changed = False
+    out: list[ToolCall] = []
+    for call in calls:
+        if len(call.arguments) <= max_chars:
+            out.append(call)
+            continue
+        try:
+            parsed: JSONValue = json.loads(call.arguments)
+        except ValueError:
+            out.append(call)  # not JSON: cutting it would make it unusable for Anthropic
+            continue
+        short, cut = _shorten_strings(parsed, max_chars)
+        if cut == 0:
+            out.append(call)
+            continue
+        out.append(ToolCall(id=call.id, name=call.name, arguments=json.dumps(short, ensure_ascii=False)))
+        changed = True
+    return tuple(out) if changed else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShortenArguments(PureStrategy):
+    """Shorten the newest step's tool-call argument strings over ``over`` characters when that step alone
+    takes over half the budget: a step that could not stay beside the rest otherwise.
+
+    A file written in one call (tens of thousands of tokens of arguments) made the newest step larger
+    than the budget, and the summary then took it whole, with every earlier round that did fit (a
+    review: 25,042 tokens compacted to 323 in an 18,000-token budget). The call already ran: its head
+    and tail say what it did, and the original stays recallable (``message:<id>``). Older calls are left
+    to the summary, which reads their arguments whole (shortened first, their names were lost).
+    """
+
+    over: int = 2_000
+    name: str = "shorten_arguments"
+
+    def __post_init__(self) -> None:
+        if self.over < 16:
+            raise ConfigError(f"ShortenArguments.over must be at least 16 characters, got {self.over}")
+
+    def compact(self, messages: Sequence[Message], ctx: CompactionContext) -> CompactionResult:
+        """Shorten the newest step's long arguments when the step takes over half the budget."""
+        msgs = tuple(messages)
+        total = ctx.total(msgs)
+        # The newest step: the last assistant message, when it called tools (and no reply read the results).
+        step = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
+        if step is None or not msgs[step].tool_calls or msgs[step].id in ctx.protected_ids:
+            return CompactionResult(messages=msgs, tokens=total, note="no newest tool call")
+        m = msgs[step]
+        if sum(ctx.count(x) for x in msgs[step:]) <= ctx.budget // 2:
+            return CompactionResult(messages=msgs, tokens=total, note="the newest step fits beside the rest")
+        calls = _shorten_calls(m.tool_calls, self.over)
+        new = None
+        if calls is not None:
+            new = m.evolve(
+                tool_calls=calls,
+                metadata={
+                    **m.metadata,
+                    "agentcontext": marker(MessageKind.ARGUMENTS_SHORTENED, original_id=m.id),
+                },
+            )
+        before = ctx.count(m)
+        if new is None or ctx.count(new) >= before:
+            return CompactionResult(messages=msgs, tokens=total, note="no argument long enough to shorten")
+        after = ctx.count(new)
+        action = Action(
+            kind="arguments_shortened",
+            strategy=self.name,
+            message_ids=(m.id,),
+            replacement_ids=(new.id,),
+            tokens_before=before,
+            tokens_after=after,
+            reason=f"the newest tool call's arguments over {self.over:,} characters shortened: with them, its "
+            "step took over half the budget",
+            refs=(f"message:{m.id}",),
+        )
+        out = (*msgs[:step], new, *msgs[step + 1 :])
+        return CompactionResult(messages=out, actions=(action,), tokens=total - before + after)

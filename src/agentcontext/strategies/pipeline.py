@@ -64,8 +64,8 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
     the oldest part (the newest 30% kept verbatim, the user's messages kept in
     the ledger; written offline when the summarizer fails) and, should a summary
     not help, drops the oldest rounds to the target. Aggressive keeps one recent result, shortens old tool-call
-    arguments and keeps 20% verbatim. Emergency (at or over the limit) tries a
-    summary too, chunked so the summarizer never sees more than it can read,
+    arguments and keeps 20% verbatim. Emergency (at or over the limit) first shortens
+    the newest call's arguments when they make its step over half the budget, then tries a summary too, chunked so the summarizer never sees more than it can read,
     before hard truncation guarantees the fit.
 
     With no summarizer or one that makes no model call (``calls_model = False``,
@@ -74,7 +74,7 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
     with an LLM summarizer, masking runs first to spare model calls.
     """
     from .hard_truncate import HardTruncate
-    from .observation_masking import MaskObservations
+    from .observation_masking import MaskObservations, ShortenArguments
     from .summarize import Summarize
     from .token_budget import TokenBudget
 
@@ -96,10 +96,15 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
             name="aggressive",
         ),
         Level.EMERGENCY: Tiered(
-            tiers=tiers(
-                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
-                Summarize(keep_recent=0.1),
-                HardTruncate(),
+            tiers=(
+                # A newest step made large by its own arguments (a file written in one call) is
+                # shortened first: otherwise the summary takes it whole, and what fitted beside it.
+                ShortenArguments(),
+                *tiers(
+                    MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
+                    Summarize(keep_recent=0.1),
+                    HardTruncate(),
+                ),
             ),
             name="emergency",
         ),
