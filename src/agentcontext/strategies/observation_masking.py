@@ -1,5 +1,5 @@
 """`MaskObservations`: micro-compaction of old tool results, with recall references; `ShortenArguments`:
-tool-call arguments too long for the prompt to fit at all."""
+the newest call's arguments, when they alone make its step too large to stay."""
 
 from __future__ import annotations
 
