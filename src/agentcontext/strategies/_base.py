@@ -137,6 +137,13 @@ class PureStrategy:
 # ----------------------------------------------------------------------------- shared helpers
 
 
+def newest_call(messages: Sequence[Message]) -> int | None:
+    """The index of the last assistant message when it called tools: the newest step, which no model
+    reply has read yet (its results, and any user message sent meanwhile, come after it); else None."""
+    step = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
+    return step if step is not None and messages[step].tool_calls else None
+
+
 def essential_indices(messages: Sequence[Message]) -> tuple[list[int], int | None]:
     """Indices of the leading system messages, and of the latest user message.
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..compaction import FallbackReason, MessageKind, is_user_request, kind_of
 from ..messages import Message, safe_split_points
-from ._base import CompactionContext, essential_indices
+from ._base import CompactionContext, essential_indices, newest_call
 
 if TYPE_CHECKING:
     from .summarize import Summarize
@@ -335,8 +335,8 @@ def _candidates(
     newest = next((p for p in reversed(points) if p < n), None)
     # The agent's newest step is unread while no assistant message follows its results: the user may
     # have spoken since (a message typed while the tools ran). Its split is the step's call.
-    step = next((i for i in range(n - 1, h - 1, -1) if msgs[i].role == "assistant"), None)
-    if step is not None and msgs[step].tool_calls and step != newest and step in points:
+    step = newest_call(msgs)
+    if step is not None and step != newest and step in points:
         newest = step
     if strategy.keep_rounds is None and newest is not None and all(p > newest for p in preferred):
         # The newest step alone is over the share (a large tool output): it is what the agent reads

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..compaction import Action, ActionKind, MessageKind, is_observation, marker
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
-from ._base import CompactionContext, CompactionResult, PureStrategy
+from ._base import CompactionContext, CompactionResult, PureStrategy, newest_call
 
 __all__ = ["MaskObservations", "ShortenArguments", "masked_placeholder"]
 
@@ -170,18 +170,11 @@ class MaskObservations(PureStrategy):
                 m = messages[i]
                 if not m.tool_calls or m.id in ctx.protected_ids:
                     continue
-                shortened = _shorten_calls(m.tool_calls, self.shorten_arguments_over)
-                if shortened is None:
+                short = _with_shortened_arguments(m, self.shorten_arguments_over)
+                if short is None:
                     continue
-                new = m.evolve(
-                    tool_calls=shortened,
-                    metadata={
-                        **m.metadata,
-                        "agentcontext": marker(MessageKind.ARGUMENTS_SHORTENED, original_id=m.id),
-                    },
-                )
                 reason = f"old tool-call arguments over {self.shorten_arguments_over} characters shortened"
-                take(i, new, "arguments_shortened", reason, f"message:{m.id}")
+                take(i, short, "arguments_shortened", reason, f"message:{m.id}")
                 if total - freed <= ctx.target and freed >= clear_at_least:
                     break
         if not actions:
@@ -196,6 +189,17 @@ class MaskObservations(PureStrategy):
             )
         out = tuple(replaced.get(i, m) for i, m in enumerate(messages))
         return CompactionResult(messages=out, actions=tuple(actions), tokens=total - freed)
+
+
+def _with_shortened_arguments(m: Message, max_chars: int) -> Message | None:
+    """``m`` with its tool calls' JSON argument strings over ``max_chars`` shortened, marked; None if none is."""
+    calls = _shorten_calls(m.tool_calls, max_chars)
+    if calls is None:
+        return None
+    return m.evolve(
+        tool_calls=calls,
+        metadata={**m.metadata, "agentcontext": marker(MessageKind.ARGUMENTS_SHORTENED, original_id=m.id)},
+    )
 
 
 def _shorten_calls(calls: Sequence[ToolCall], max_chars: int) -> tuple[ToolCall, ...] | None:
@@ -243,23 +247,13 @@ class ShortenArguments(PureStrategy):
         """Shorten the newest step's long arguments when the step takes over half the budget."""
         msgs = tuple(messages)
         total = ctx.total(msgs)
-        # The newest step: the last assistant message, when it called tools (and no reply read the results).
-        step = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
-        if step is None or not msgs[step].tool_calls or msgs[step].id in ctx.protected_ids:
+        step = newest_call(msgs)
+        if step is None or msgs[step].id in ctx.protected_ids:
             return CompactionResult(messages=msgs, tokens=total, note="no newest tool call")
-        m = msgs[step]
         if sum(ctx.count(x) for x in msgs[step:]) <= ctx.budget // 2:
             return CompactionResult(messages=msgs, tokens=total, note="the newest step fits beside the rest")
-        calls = _shorten_calls(m.tool_calls, self.over)
-        new = None
-        if calls is not None:
-            new = m.evolve(
-                tool_calls=calls,
-                metadata={
-                    **m.metadata,
-                    "agentcontext": marker(MessageKind.ARGUMENTS_SHORTENED, original_id=m.id),
-                },
-            )
+        m = msgs[step]
+        new = _with_shortened_arguments(m, self.over)
         before = ctx.count(m)
         if new is None or ctx.count(new) >= before:
             return CompactionResult(messages=msgs, tokens=total, note="no argument long enough to shorten")

@@ -65,7 +65,8 @@ def default_pipelines(*, summarizer: Summarizer | None = None) -> dict[Level, St
     the ledger; written offline when the summarizer fails) and, should a summary
     not help, drops the oldest rounds to the target. Aggressive keeps one recent result, shortens old tool-call
     arguments and keeps 20% verbatim. Emergency (at or over the limit) first shortens
-    the newest call's arguments when they make its step over half the budget, then tries a summary too, chunked so the summarizer never sees more than it can read,
+    the newest call's arguments when they make its step over half the budget, then
+    tries a summary too, chunked so the summarizer never sees more than it can read,
     before hard truncation guarantees the fit.
 
     With no summarizer or one that makes no model call (``calls_model = False``,
