@@ -163,7 +163,7 @@ def test_fit_strict_refuses_invalid_conversations() -> None:
         {"role": "user", "content": "and?"},
     ]
     proc = run("fit", "-", "--model", "gpt-4o", "--strict", stdin=json.dumps(conversation))
-    assert_one_line_error(proc, 3, "never answered")
+    assert_one_line_error(proc, 3, "message 2", "never answered", "'a'")
     lenient = run("fit", "-", "--model", "gpt-4o", stdin=json.dumps(conversation))
     assert lenient.returncode == 0
     assert [d["role"] for d in json.loads(lenient.stdout)] == ["user", "assistant", "tool", "user"]

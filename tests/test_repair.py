@@ -158,8 +158,20 @@ def test_strict_mode_refuses_and_names_the_problem() -> None:
         Message(role="assistant", tool_calls=(call("a"),)),
         Message(role="user", content="?"),
     ]
-    with pytest.raises(InvalidConversationError, match="never answered"):
+    with pytest.raises(InvalidConversationError, match=r"message 2: tool calls never answered .*'a'"):
         engine(strict=True).prepare(msgs)
+    with pytest.raises(InvalidConversationError, match=r"never answered \('a', in message 1\)"):
+        engine(strict=True).prepare(msgs[:2])
+
+
+def test_strict_mode_names_the_message_when_checking_step_by_step() -> None:
+    """An agent checks each step: the index is the message's place in the whole list, not in the new part."""
+    e = engine(strict=True)
+    msgs = [Message(role="user", content="go"), Message(role="assistant", content="ok")]
+    e.prepare(msgs)
+    msgs += [Message(role="user", content="more"), Message(role="tool", tool_call_id="zz", content="orphan")]
+    with pytest.raises(InvalidConversationError, match=r"message 3: tool result for 'zz'"):
+        e.prepare(msgs)
 
 
 def test_pending_calls_at_the_end_are_stubbed_only_in_the_output() -> None:

@@ -124,12 +124,15 @@ def count_new(
             else:
                 repair_state = lineage.repair.copy()
     check_messages(new, n - len(new))
-    repaired, actions, repair_state = repair_messages(new, repair_state, strict=strict)
+    repaired, actions, repair_state = repair_messages(
+        new, repair_state, strict=strict, first_index=n - len(new)
+    )
     if strict and repair_state.pending:
         pending = ", ".join(repr(c) for c in repair_state.pending)
+        at = max(i for i, m in enumerate(messages) if m.tool_calls)  # no other message ends a block
         raise InvalidConversationError(
-            f"the conversation ends with tool calls that were never answered ({pending}); append their "
-            "results before preparing, or drop strict=True to have stub results added"
+            f"the conversation ends with tool calls that were never answered ({pending}, in message {at}); "
+            "append their results before preparing, or drop strict=True to have stub results added"
         )
     processed, counts, estimated = ingest_within(
         repaired,

@@ -100,8 +100,9 @@ class RepairState:
                 strategy="repair",
                 message_ids=(),
                 replacement_ids=tuple(s.id for s in stubs),
-                reason="stub results added for tool calls that were never answered: "
-                + ", ".join(repr(c) for c in self.pending),
+                reason="tool calls never answered before this message ("
+                + ", ".join(repr(c) for c in self.pending)
+                + "): stub results added after them",
             )
         )
         self.pending.clear()
@@ -268,18 +269,25 @@ def _keep_as_text(m: Message, state: RepairState, out: list[Message], actions: l
 
 
 def repair_messages(
-    messages: Iterable[Message], state: RepairState | None = None, *, strict: bool = False
+    messages: Iterable[Message],
+    state: RepairState | None = None,
+    *,
+    strict: bool = False,
+    first_index: int = 0,
 ) -> tuple[list[Message], list[Action], RepairState]:
     """Repair ``messages`` (continuing from ``state``); return them, the repairs, and the new state.
 
     Calls still pending at the end are *not* stubbed here (see
     `RepairState.pending_stubs`). With ``strict=True``, any needed repair raises
-    `InvalidConversationError` naming it, and nothing is changed.
+    `InvalidConversationError` naming it and the index of the message where it was found
+    (``first_index`` is the index of the first of ``messages`` in the caller's list), and
+    nothing is changed.
     """
     st = state if state is not None else RepairState()
     out: list[Message] = []
     actions: list[Action] = []
-    for m in messages:
+    found_at: list[int] = []  # strict: the index of the message at which each action arose
+    for i, m in enumerate(messages, first_index):
         role = m.role
         # The common cases, with nothing to repair: a message without tool calls while no call waits for
         # its result (a system one, one from the user, or from the assistant after the user spoke).
@@ -297,8 +305,10 @@ def repair_messages(
             st.last_id = m.id
             continue
         _repair_one(m, st, out, actions)
+        if strict:
+            found_at.extend([i] * (len(actions) - len(found_at)))
     if strict and actions:
-        reasons = "; ".join(a.reason for a in actions[:5])
+        reasons = "; ".join(f"message {i}: {a.reason}" for i, a in zip(found_at, actions[:5], strict=False))
         more = f" (and {len(actions) - 5} more)" if len(actions) > 5 else ""
         raise InvalidConversationError(
             f"the conversation breaks provider rules: {reasons}{more}. Fix the input, or drop strict=True "
