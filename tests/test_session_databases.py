@@ -27,7 +27,7 @@ from agentcontext.exceptions import (
     StoreNotInitializedError,
     StoreUnavailableError,
 )
-from agentcontext.messages import Message
+from agentcontext.messages import Message, ToolCall
 from agentcontext.session import JSONLStore, MessageRecord, Session, SQLiteStore
 from agentcontext.session.stores import SessionDatabase, open_database, open_store
 from db_servers import PG_URL, REDIS_URL, database, free_port, need, redis_prefix, unique, with_session
@@ -413,6 +413,55 @@ def test_a_task_delivered_to_two_workers_is_appended_once(server: str) -> None:
         a.reload()
         assert [m.id for m in a.view].count("task-42") == 1 and len(a.view) == 2
         assert sum(1 for r in a.records() if isinstance(r, MessageRecord) and r.message.id == "task-42") == 1
+
+
+def test_a_worker_behind_the_others_does_not_deny_their_checkpoints_dmails_or_compactions(
+    server: str,
+) -> None:
+    """One worker runs the model, another its tools: the second has read nothing since it opened."""
+    from agentcontext.engine import ContextEngine
+    from agentcontext.testing import WordCounter
+
+    url = with_session(server, unique("behind"))
+    engine = ContextEngine(window=900, reserve=100, counter=WordCounter())
+    with Session.open(url, engine=engine) as a, Session.open(url, engine=engine) as b:
+        a.append(Message(role="user", content="task"))
+        cp = a.checkpoint(label="before the plan")
+        a.append(Message(role="assistant", content="plan A"))
+        # A checkpoint the model was shown by a is known to b's D-Mail tool and revert.
+        assert b.handle_dmail({"checkpoint": None, "message": None}).count("before the plan") == 1
+        # A D-Mail a sent is pending for b: cancelling it cancels it, and nobody delivers it later.
+        a.send_dmail(cp, "plan A fails, try plan B")
+        stale = Session.open(url, engine=engine)
+        assert stale.pending_dmail is not None and stale.pending_dmail.text.startswith("plan A fails")
+        assert b.cancel_dmail() is True
+        b.append(Message(role="user", content="the user goes on after cancelling"))
+        assert stale.deliver_dmail() is None and a.deliver_dmail() is None
+        a.reload()
+        assert [m.text for m in a.view] == ["task", "plan A", "the user goes on after cancelling"]
+        # A revert b makes to a checkpoint it never saw taken.
+        cp2 = a.checkpoint()
+        a.append(Message(role="assistant", content="a step to take back"))
+        stale.revert_to(cp2)
+        assert [m.text for m in stale.view][-1] == "the user goes on after cancelling"
+        stale.close()
+        # What a compacted is recallable from b, which never saw the compaction or its artifacts.
+        for i in range(12):
+            call = ToolCall(id=f"c{i}", name="read", arguments="{}")
+            a.extend(
+                [
+                    Message(role="assistant", tool_calls=(call,)),
+                    Message(
+                        role="tool", tool_call_id=f"c{i}", content=f"output {i} " + "w " * 120, id=f"out{i}"
+                    ),
+                ]
+            )
+        a.prepare()
+        assert a.compactions
+        n = a.compactions[-1].seq
+        assert "output 0" in b.recall(f"compaction:{n}")
+        assert "output 0" in b.handle_recall({"ref": "message:out0"})
+        assert b.message("out1").text.startswith("output 1")
 
 
 # ----------------------------------------------------------------------------- async

@@ -425,11 +425,31 @@ class Session:
         return self._log.view.snapshot()
 
     def message(self, message_id: str) -> Message:
-        """The message with this id (any message ever appended, or any replacement); raises `RecallError`."""
+        """The message with this id (any message ever appended, or any replacement); raises `RecallError`.
+
+        On a store several workers share, an id not known here is looked for again
+        after reading what the others wrote (another worker may have appended it).
+        """
         m = self._log.archive.get(message_id)
+        if m is None and self._shared:
+            self._read_others()
+            m = self._log.archive.get(message_id)
         if m is None:
-            raise RecallError(f"no message {message_id!r} in session {self._log.id!r}")
+            raise RecallError(
+                f"no message {message_id!r} in session {self._log.id!r} ({self._log.store.location})"
+            )
         return m
+
+    def _read_others(self) -> None:
+        """On a store several workers share, apply what the others wrote (one round trip, O(missed)).
+
+        Called before whatever answers from what this worker knows and would be
+        wrong about the others' work: a checkpoint, a D-Mail, a compaction, an
+        artifact another worker recorded must not be denied (or a cancel
+        answered "there was none" while theirs is pending).
+        """
+        if self._shared:
+            self._log.catch_up()
 
     # ------------------------------------------------------------------ the engine
 
@@ -890,14 +910,21 @@ class Session:
         to a later checkpoint undoes the revert. Appends continue from the
         checkpoint's view.
 
+        On a store several workers share, a checkpoint another worker took is found
+        (this worker reads what they wrote first).
+
         Raises:
             UsageError: no such checkpoint.
+            ConcurrencyError: another writer wrote since this worker last read the
+                session; nothing was reverted (it would take back their work unseen).
         """
         with self._log.lock:
             self._log.check_writable()
             self._require_checkpoint(checkpoint_id)
             (seq,) = self._log.next_seqs()
-            self._log.commit([RevertRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id)])
+            self._write_once(
+                RevertRecord(seq=seq, ts=_now(), checkpoint=checkpoint_id), f"revert_to({checkpoint_id})"
+            )
 
     def rewind(self, length: int) -> None:
         """Take back the newest messages of the view: keep only its first ``length``.
@@ -920,15 +947,29 @@ class Session:
             if length == size:
                 return
             (seq,) = self._log.next_seqs()
-            self._log.commit([RewindRecord(seq=seq, ts=_now(), length=length)])
+            self._write_once(RewindRecord(seq=seq, ts=_now(), length=length), f"rewind({length})")
 
     def clear(self) -> None:
         """Empty the view (`rewind` to 0); the log keeps every message, recallable by id."""
         self.rewind(0)
 
+    def _write_once(self, record: Record, what: str) -> None:
+        """Write ``record``, which undoes part of the view: refused, not redone, when another writer wrote
+        since this worker last read the session (it would undo their work unseen)."""
+        try:
+            self._log.commit([record])
+        except ConcurrencyError as e:
+            raise ConcurrencyError(
+                f"{what} was not written: another writer wrote to session {self._log.id!r} "
+                f"({self._log.store.location}) since this worker last read it, and it would take back "
+                "their work unseen. Call reload(), look at the view, then try again"
+            ) from e
+
     def _require_checkpoint(self, checkpoint_id: object) -> int:
         if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
             raise UsageError(f"a checkpoint id is an int, got {type(checkpoint_id).__name__}")
+        if checkpoint_id not in self._log.checkpoints:
+            self._read_others()  # another worker may have taken it (its id was shown to the model)
         if checkpoint_id not in self._log.checkpoints:
             known = sorted(self._log.checkpoints)
             span = f"0..{known[-1]}" if known else "none yet; call checkpoint() first"
@@ -981,6 +1022,7 @@ class Session:
         cancelled it first)."""
         with self._log.lock:
             self._log.check_writable()
+            self._read_others()  # a D-Mail another worker sent is pending here too
             cancelled: list[DMailRecord] = []
 
             def records(seq: int) -> list[Record]:
@@ -1007,6 +1049,7 @@ class Session:
         """
         with self._log.lock:
             self._log.check_writable()
+            self._read_others()
             delivered: list[Message] = []
 
             def records(seq: int) -> list[Record]:
@@ -1042,6 +1085,8 @@ class Session:
         the step's tool results are in. Mistakes come back as ``dmail failed:
         ...`` text for the model, never as exceptions.
         """
+        with self._log.lock:
+            self._read_others()  # the model may name a checkpoint another worker showed it
         return answer_dmail_call(arguments, checkpoints=self.checkpoints, send=self.send_dmail)
 
     # ------------------------------------------------------------------ undo
@@ -1065,7 +1110,9 @@ class Session:
             if link is None:
                 raise UsageError("the current view has no compaction to undo")
             (seq,) = self._log.next_seqs()
-            self._log.commit([UndoRecord(seq=seq, ts=_now(), compaction=link.compaction_seq)])
+            self._write_once(
+                UndoRecord(seq=seq, ts=_now(), compaction=link.compaction_seq), "undo_compaction()"
+            )
             return self._log.compactions[link.compaction_seq]
 
     @property
@@ -1091,6 +1138,8 @@ class Session:
                 refused, whatever exists on disk).
             StoreError: the artifact file exists but cannot be read or is damaged.
         """
+        with self._log.lock:
+            self._read_others()  # what another worker compacted or offloaded is recallable here too
         return recall_text(ref, self._sources())
 
     def recall_message(self, ref: str) -> Message:
@@ -1117,6 +1166,8 @@ class Session:
         Raises:
             StoreError: an artifact file is unreadable or damaged (a real fault).
         """
+        with self._log.lock:
+            self._read_others()
         return answer_recall_call(arguments, self._sources(), max_chars=self.recall_max_chars)
 
     def _sources(self) -> RecallSources:
