@@ -34,8 +34,9 @@ def test_a_failing_summarizer_is_called_rarely_and_the_prompt_still_fits() -> No
     engine = ContextEngine(window=1_500, reserve=200, counter=WordCounter(), summarizer=failing)
     compacting, reasons = replay_steps(engine)
     assert compacting >= 30  # the window is tight: a compaction every few steps (35 here)
-    # Backoff of 1, 2, 4, 8... prepare calls after each failure: 7 calls here, against 34 without backoff.
-    assert 1 <= len(failing.requests) <= 8
+    # After each failure the next 1, 2, 4, 8... summaries are written offline: 5 requests here, against 7
+    # when the backoff counted prepare calls (a skip expired between compactions) and 34 without backoff.
+    assert 1 <= len(failing.requests) <= 5
     assert engine.stats.summarizer_failures == len(failing.requests)
     assert any("backoff" in r for r in reasons)
 

@@ -1002,7 +1002,7 @@ def test_a_summarizer_that_fails_is_reported_at_every_call_that_asked_it(fill: b
             counter=COUNTER, window=3_000, reserve=500, truncator=None, summarizer=summarizer
         )
         for stop in [i for i, m in enumerate(msgs) if m.role == "assistant" and i > 0]:
-            engine._summary_skip_until = -1  # no backoff: a flaky summarizer asked at every call
+            engine._summary_skips = 0  # no backoff: a flaky summarizer asked at every call
             before = len(summarizer.requests)
             prepared = engine.prepare(msgs[:stop], fill=fill)
             if len(summarizer.requests) > before:

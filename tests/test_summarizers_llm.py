@@ -383,7 +383,7 @@ def test_engine_falls_back_when_the_llm_fails_and_never_inserts_error_text(oai: 
     assert check_messages(out) == []
 
 
-def test_engine_rejects_an_over_long_summary(oai: LLMServer) -> None:
+def test_engine_writes_offline_what_an_over_long_summary_would_have_covered(oai: LLMServer) -> None:
     oai.script(
         openai_ok(snapshot("word " * 20_000))
     )  # 100 KB: under the reply size cap, over the strategy's room
@@ -393,9 +393,13 @@ def test_engine_rejects_an_over_long_summary(oai: LLMServer) -> None:
     s = OpenAISummarizer(model="m", base_url=oai.url, retry=FAST)
     engine = ContextEngine(window=int(total / 0.8), reserve=0, counter=counter, summarizer=s, truncator=None)
     prepared = engine.prepare(msgs)
-    reasons = [a.reason.split(":")[0] for a in prepared.report.actions if a.kind == "fallback"]
-    assert reasons[0] in ("not_smaller", "over_target")
-    assert not any(m.metadata.get("agentcontext", {}).get("kind") == "summary" for m in prepared.messages)
+    fallbacks = [a for a in prepared.report.actions if a.kind == "fallback"]
+    assert fallbacks[0].reason.split(":")[0] in ("not_smaller", "over_target")
+    # Not left to the next tier, which dropped the oldest rounds without a summary: written offline.
+    assert fallbacks[0].reason.endswith("summarized offline instead")
+    summaries = [m for m in prepared.messages if m.metadata.get("agentcontext", {}).get("kind") == "summary"]
+    assert len(summaries) == 1 and "word word word" not in summaries[0].text
+    assert not [a for a in prepared.report.actions if a.kind == "dropped" and a.strategy != "summarize"]
     assert prepared.report.tokens_after <= engine.budget
 
 

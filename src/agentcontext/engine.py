@@ -257,7 +257,8 @@ class ContextEngine:
         self.stats = EngineStats()
         self._stats_lock = threading.Lock()
         self._summary_failures = 0
-        self._summary_skip_until = 0
+        self._summary_skips = 0
+        """Summary requests still to be answered offline before the summarizer is asked again (backoff)."""
         self._last: EngineState | None = None
         self._tools = ToolTokens()
         self._instructions = InstructionTokens()
@@ -598,10 +599,13 @@ class ContextEngine:
         and the request with what is left of this call's deadline."""
         if request.offline:
             return self._offline, request
-        if self.stats.calls <= self._summary_skip_until:
+        if self._summary_skips > 0:
+            with self._stats_lock:
+                self._summary_skips -= 1
+                left = self._summary_skips
             raise SummarizerBackoff(
-                f"the summarizer failed {self._summary_failures} time(s) in a row; it is not called again "
-                f"before prepare call {self._summary_skip_until + 1} (backoff)"
+                f"the summarizer failed {self._summary_failures} time(s) in a row; it is asked again after "
+                f"{left} more summar{'y' if left == 1 else 'ies'} (backoff)"
             )
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -618,19 +622,22 @@ class ContextEngine:
             self._summary_failures = 0
 
     def _summary_failed(self, request: SummaryRequest) -> None:
-        """Back off after a failure: skip the summarizer for 1, 2, 4 ... (at most 32) prepare calls.
+        """Back off after a failure: the next 1, 2, 4 ... (at most 32) summaries are written offline.
 
         Without this, a failing LLM summarizer is called (with its own retries and
         backoff) at every step that compacts, which makes every agent step slow;
         Gemini CLI latches auto-compression off for good instead, which gives up
-        on summaries for the rest of the session.
+        on summaries for the rest of the session. The backoff counts summaries, not
+        prepare calls: compactions come every several calls, and a skip of a few
+        calls would expire before the next one, which would then wait on a dead
+        endpoint again (a review: a hung one stalled 5 of 6 compactions).
         """
         if request.offline:
             return
         with self._stats_lock:
             self.stats.summarizer_failures += 1
             self._summary_failures += 1
-            self._summary_skip_until = self.stats.calls + min(2 ** (self._summary_failures - 1), 32)
+            self._summary_skips = min(2 ** (self._summary_failures - 1), 32)
 
     # ------------------------------------------------------------------ the logic (one place)
 

@@ -75,6 +75,14 @@ def derive_id(previous: str | None, payload: str) -> str:
     return "msg_" + digest.hexdigest()
 
 
+def without_surrogates(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate replaced by U+FFFD (text made by a program, such as a
+    model's reply cut inside an emoji by a gateway, which a `Message` would refuse)."""
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _check_text(value: object, *, what: str) -> str:
     if not isinstance(value, str):
         raise InvalidMessageError(f"{what} must be a str, got {type(value).__name__}", field=what)

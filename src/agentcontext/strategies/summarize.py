@@ -53,7 +53,7 @@ from ..exceptions import (
     SummarizerTimeout,
     UnusableSummaryError,
 )
-from ..messages import Message, ToolCall, derive_id, safe_split_points
+from ..messages import Message, ToolCall, derive_id, safe_split_points, without_surrogates
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
 from ..summarizers._snapshot import filler_items
@@ -97,6 +97,11 @@ _ACK: dict[Language, str] = {
     "zh": "[agentcontext] 已了解上面的早前上下文摘要和用户消息。",
 }
 _OPEN, _CLOSE = "<context_summary>", "</context_summary>"
+_OVER_ROOM = frozenset({FallbackReason.NOT_SMALLER, FallbackReason.OVER_TARGET})
+"""A model's summary longer than the room it was given (a server that ignores the output limit, a tokenizer
+more compact than the agent's): written offline instead, rather than leaving the next tier to drop rounds."""
+_CLOSING = re.compile(r"<\s*/\s*context_summary\s*>", re.I)
+"""A closing tag in any case or spacing: the summary's text must not end its own wrapper."""
 # Fallbacks of a split that kept the newest step which another split may not have.
 _NOTHING_NEW = frozenset({FallbackReason.NO_PROGRESS, FallbackReason.NOTHING_TO_SUMMARIZE})
 _PLAN_FAILURES = frozenset(
@@ -344,7 +349,7 @@ class Summarize:
     def _offline_instead(self, fb: SummaryFallback, age: int | None, ctx: CompactionContext) -> bool:
         """Whether a summary the summarizer did not deliver is written offline instead (see `cooldown_mode`)."""
         return (
-            fb.code in SUMMARIZER_FAILURES
+            (fb.code in SUMMARIZER_FAILURES or fb.code in _OVER_ROOM)
             and age is None
             and not ctx.offline_summaries
             and self.cooldown_mode == "offline"
@@ -620,12 +625,14 @@ class Summarize:
                 return (yield from self._summarize(items, prev_text, current, room, limit, None, ctx))
             # In a cooldown: the engine updates the summary offline, without a model call (`cooldown_steps`).
             return (
-                yield SummaryRequest(
-                    messages=tuple(items),
-                    previous_summary=prev_text,
-                    current_request=current,
-                    max_tokens=room,
-                    offline=True,
+                yield from _answer(
+                    SummaryRequest(
+                        messages=tuple(items),
+                        previous_summary=prev_text,
+                        current_request=current,
+                        max_tokens=room,
+                        offline=True,
+                    )
                 )
             )
         except SummaryFallback:
@@ -764,12 +771,14 @@ class Summarize:
         counts = [ctx.count(m) for m in items]
         if sum(counts) + prev_tokens <= limit:
             return (
-                yield SummaryRequest(
-                    messages=tuple(items),
-                    previous_summary=previous,
-                    current_request=current,
-                    instructions=instructions,
-                    max_tokens=max_tokens,
+                yield from _answer(
+                    SummaryRequest(
+                        messages=tuple(items),
+                        previous_summary=previous,
+                        current_request=current,
+                        instructions=instructions,
+                        max_tokens=max_tokens,
+                    )
                 )
             )
         if depth >= 6:
@@ -784,11 +793,13 @@ class Summarize:
         partials: list[Message] = []
         for k, chunk in enumerate(chunks):
             note = f"This is part {k + 1} of {len(chunks)} of the history; summarize this part only."
-            text = yield SummaryRequest(
-                messages=tuple(chunk),
-                current_request=current,
-                instructions=note + (f"\n{instructions}" if instructions else ""),
-                max_tokens=chunk_max,
+            text = yield from _answer(
+                SummaryRequest(
+                    messages=tuple(chunk),
+                    current_request=current,
+                    instructions=note + (f"\n{instructions}" if instructions else ""),
+                    max_tokens=chunk_max,
+                )
             )
             if not text.strip():
                 raise SummarizerError(f"the summary of part {k + 1} of {len(chunks)} was empty")
@@ -818,12 +829,16 @@ class Summarize:
         dropped: int = 0,
     ) -> Message:
         n = len(covers)
-        safe = text.replace(_CLOSE, "&lt;/context_summary>")
+        safe = _CLOSING.sub("&lt;/context_summary>", text)
         # The id comes from what the summary says, not from the sentence that names it, so that
         # a model with a recall tool can be told which reference reads back what it stands for.
-        # (Whether it names one is part of the id: counters cache counts by id, and the text differs.)
+        # (Whether it names one, and the preamble's language, are part of the id: counters cache counts
+        # by id, and the text differs; a probe's count in one language was reused in another.)
         payload = (
-            "summary:" + ",".join(covers[:1] + covers[-1:]) + f":{n}:{dropped}:{int(recallable)}:" + safe
+            "summary:"
+            + ",".join(covers[:1] + covers[-1:])
+            + f":{n}:{dropped}:{int(recallable)}:{lang}:"
+            + safe
         )
         summary_id = derive_id(anchor, payload)
         preamble = _PREAMBLE[lang].format(
@@ -879,6 +894,13 @@ def _identifiers(messages: Sequence[Message]) -> list[str]:
             for ident in extract_identifiers(arguments_text(call.parsed_arguments(), keys=False)):
                 found.setdefault(ident, None)
     return list(found)
+
+
+def _answer(request: SummaryRequest) -> Generator[SummaryRequest, str, str]:
+    """The engine's answer to ``request``, as text a `Message` accepts: a model's reply cut inside an emoji
+    (a lone surrogate, which JSON allows) made every prepare raise, blamed on the user's input."""
+    text = yield request
+    return without_surrogates(text)
 
 
 def _verbatim_view(m: Message, ctx: CompactionContext, cap: int) -> Message:
