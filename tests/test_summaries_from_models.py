@@ -4,6 +4,8 @@ longer than its room, a wrapper's closing tag in the text, and conversations in 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agentcontext import ContextEngine
 from agentcontext.compaction import FallbackReason, MessageKind, kind_of
 from agentcontext.invariants import check_messages
@@ -31,10 +33,11 @@ def test_a_summary_cut_inside_an_emoji_is_used_not_raised() -> None:
 
 def test_a_summary_longer_than_its_room_is_written_offline_instead_of_dropping_rounds() -> None:
     # A server that ignores the output limit: the model's summary would put the prompt over the target.
-    long = " ".join(f"detail{i}" for i in range(3_000))
+    long = " ".join(f"detail{i}" for i in range(30_000))
     model = ScriptedSummarizer(replies=[long])
-    engine = ContextEngine(window=4_000, reserve=100, counter=WordCounter(), summarizer=model)
-    msgs = make_conversation(6, rounds=6, output_tokens=(40, 120))
+    engine = ContextEngine(window=10_000, reserve=100, counter=WordCounter(), summarizer=model)
+    # Many short rounds: masking frees little, and what the summary covers fits one request.
+    msgs = make_conversation(6, rounds=40, output_tokens=(5, 20), huge_share=0)
     prepared = engine.prepare(msgs)
     assert model.requests, "the model was asked"
     report = prepared.report
@@ -45,7 +48,7 @@ def test_a_summary_longer_than_its_room_is_written_offline_instead_of_dropping_r
     )
     assert fallbacks[0].reason.endswith("summarized offline instead")
     (summary,) = _summaries(prepared.messages)
-    assert "detail2999" not in summary_text(summary)  # the offline summary, not the model's
+    assert "detail29999" not in summary_text(summary)  # the offline summary, not the model's
     assert not [a for a in report.actions if a.kind == "dropped" and a.strategy != "summarize"]
     assert report.tokens_after <= report.budget
 
@@ -77,3 +80,52 @@ def test_a_conversation_compacts_the_same_after_another_language_was_compacted_i
     shared = TiktokenCounter("o200k_base")
     run(shared, chinese)
     assert run(shared, english) == fresh
+
+
+def _agent_run(steps: int) -> list[Message]:
+    """A task whose first output holds the error, then steps whose outputs masking clears."""
+    from agentcontext.messages import ToolCall
+
+    msgs = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content="Fix it."),
+    ]
+    for i in range(steps):
+        out = (
+            "Traceback: IndexError: list index out of range (src/parser/tokenizer.py, line 142)\n"
+            if i == 0
+            else ""
+        ) + " ".join(f"line{i}_{k}" for k in range(60))
+        msgs += [
+            Message(
+                role="assistant", tool_calls=(ToolCall(id=f"c{i}", name="run", arguments=f'{{"n": {i}}}'),)
+            ),
+            Message(role="tool", tool_call_id=f"c{i}", content=out, id=f"out{i}"),
+        ]
+    return msgs
+
+
+def test_a_model_summary_reads_the_outputs_masked_in_the_same_call_and_recall_reads_them_back(
+    tmp_path: Path,
+) -> None:
+    # With a model summarizer, masking runs first (to spare model calls) and the summary after it, in one
+    # call: the model was shown "[tool result cleared ...]" for the output holding the error, the report
+    # expected the placeholders' "61 tokens", and recall of the summary said "not in the log".
+    from agentcontext.session import Session
+
+    model = ScriptedSummarizer(replies=["The agent ran the tests."])
+    engine = ContextEngine(window=1_400, reserve=100, counter=WordCounter(), summarizer=model)
+    with Session.open(tmp_path / "run.jsonl", engine=engine) as session:
+        session.extend(_agent_run(16))
+        prepared = session.prepare()
+        kinds = [a.kind for a in prepared.report.actions]
+        assert "masked" in kinds and "summarized" in kinds  # both, in this one call
+        (request,) = model.requests
+        shown = "\n".join(m.text for m in request.messages)
+        assert "IndexError: list index out of range" in shown and "cleared" not in shown
+        summarized = next(a for a in prepared.report.actions if a.kind == "summarized")
+        missing = summarized.reason.split("missing: ")[1]  # what the model's summary left out, for real
+        assert "IndexError" in missing and "tokens" not in missing and "lines" not in missing
+        (summary,) = _summaries(prepared.messages)
+        recalled = session.recall(f"message:{summary.id}")
+        assert "IndexError: list index out of range" in recalled and "not in the log" not in recalled

@@ -984,6 +984,7 @@ class ContextEngine:
             fill=call.fill,
             offline_summaries=self._offline is self.summarizer,
             known=dict(zip((m.id for m in full), counts, strict=True)),
+            inputs=(call.messages, full),  # the messages as processed (cut at ingest) win over the raw ones
         )
         try:
             current, tokens, lvl, attempts = yield from self._escalate(

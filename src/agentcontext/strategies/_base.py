@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from ..compaction import Action, MessageKind, SummaryRequest, is_user_request, kind_of, marker
+from ..compaction import Action, MessageKind, SummaryRequest, is_user_request, kind_of, marker, original_id
 from ..messages import JSONValue, Message, safe_split_points
 from ..tokens._base import TokenCounter
 
@@ -88,6 +88,12 @@ class CompactionContext:
     reads the whole part it covers in one request, with no chunking (bounded by
     `Summarize.max_offline_input_tokens`)."""
 
+    inputs: tuple[Sequence[Message], ...] = field(default=(), compare=False, repr=False)
+    """Where the originals of masked or shortened copies are (`original`): the call's messages and what
+    the caller passed. A summary written after masking in the same call read the placeholders, so the
+    errors in the outputs it covered never reached it (a review of the LLM path)."""
+    _originals: dict[str, Message] = field(default_factory=dict, compare=False, repr=False)
+
     known: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     """Token counts of this call's messages by id, filled by the engine and as strategies count: every
     message is counted once per call, whatever the counter's own cache holds (a history larger than
@@ -103,6 +109,19 @@ class CompactionContext:
     def total(self, messages: Iterable[Message]) -> int:
         """Prompt tokens of ``messages``, reply priming included."""
         return sum(self.count(m) for m in messages) + self.reply_overhead
+
+    def original(self, message: Message) -> Message:
+        """The message a masked or shortened copy stands for, when this call has it; else ``message``.
+
+        The index of `inputs` is built on the first copy asked about: O(messages) once per call.
+        """
+        oid = original_id(message)
+        if oid == message.id:
+            return message
+        if not self._originals:
+            for part in self.inputs:
+                self._originals.update((m.id, m) for m in part)
+        return self._originals.get(oid, message)
 
 
 @runtime_checkable
@@ -200,7 +219,7 @@ def elision_note(removed: Sequence[Message], *, anchor: str | None, recallable: 
     from ..messages import derive_id
 
     n = len(removed)
-    covers: list[JSONValue] = [m.id for m in removed]
+    covers: list[JSONValue] = [original_id(m) for m in removed]  # what recall reads back: never a copy
     note_id = derive_id(
         anchor, "elision:" + ",".join(m.id for m in list(removed[:1]) + list(removed[-1:])) + f":{n}"
     )

@@ -552,8 +552,9 @@ class Summarize:
         # so it neither repeats them nor spends its budget on them; a long one is cut to a preview
         # (it stays whole in the context), so that an agent's long task statement does not push
         # the span over the summarizer's input limit and into several chunked calls.
+        # A tool output masked earlier in this call is shown whole: the summary is what keeps its errors.
         items = [
-            _verbatim_view(m, ctx, max(limit // 8, 64)) if m.id in ledger_ids else m
+            _verbatim_view(m, ctx, max(limit // 8, 64)) if m.id in ledger_ids else ctx.original(m)
             for m in msgs[max(start, len(plan.head)) : plan.start]
             if m is not previous and kind_of(m) is not MessageKind.SUMMARY_ACK
         ]
@@ -561,7 +562,7 @@ class Summarize:
         current = msgs[latest_user].text[:4000] if latest_user is not None else None
         prev_text = summary_text(previous) if previous is not None else None
         text = yield from self._ask(items, prev_text, current, plan.room, limit, age, ctx)
-        expected = _identifiers([msgs[i] for i in covered])
+        expected = _identifiers([ctx.original(msgs[i]) for i in covered])  # not the placeholders' "9 lines"
         result = self._assemble(
             msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age
         )
@@ -600,7 +601,7 @@ class Summarize:
                         "max_offline_input_tokens offline), and the newest part of the history was summarized "
                         "instead"
                     ),
-                    refs=tuple(f"message:{msgs[i].id}" for i in dropped),
+                    refs=tuple(f"message:{original_id(msgs[i])}" for i in dropped),
                 )
             )
         tokens = ctx.total(out)
@@ -691,7 +692,7 @@ class Summarize:
             tokens_before=sum(counts[i] for i in covered),
             tokens_after=ctx.count(summary) + (ctx.count(ack) if ack is not None else 0),
             reason=reason,
-            refs=tuple(f"message:{msgs[i].id}" for i in covered),
+            refs=tuple(f"message:{original_id(msgs[i])}" for i in covered),
         )
 
     def _assemble(
@@ -725,7 +726,7 @@ class Summarize:
         anchor = head[-1].id if head else None
         summary = self._summary_message(
             text,
-            covers=tuple(msgs[i].id for i in covered),
+            covers=tuple(original_id(msgs[i]) for i in covered),  # recall reads back originals, not copies
             dropped=dropped,
             previous=previous.id if previous is not None else None,
             anchor=anchor,
