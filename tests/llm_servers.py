@@ -20,6 +20,7 @@ real HTTP, without any SDK or mock.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -303,6 +304,17 @@ class LLMServer:
             for m in body["messages"]:
                 if m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
                     return f"invalid role {m.get('role')!r}"
+            if re.search(r"(?:^|/)(?:o\d|gpt-5)", body["model"]):  # OpenAI's reasoning models
+                if body.get("temperature", 1) != 1:
+                    return (
+                        f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+                        "model. Only the default (1) value is supported."
+                    )
+                if "max_tokens" in body:
+                    return (
+                        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                        "Use 'max_completion_tokens' instead."
+                    )
             return None
         if path != "/v1/messages":
             return f"unknown path {path}"

@@ -19,6 +19,7 @@ from agentcontext.summarizers import (
     PromptTemplate,
     RetryPolicy,
 )
+from agentcontext.summarizers._llm import REASONING_HEADROOM
 from agentcontext.testing import WordCounter, make_conversation
 from llm_servers import LLMServer, Reply, anthropic_ok, closed_port, error, openai_ok, snapshot
 
@@ -413,3 +414,44 @@ async def test_engine_aprepare_with_anthropic(ant: LLMServer) -> None:
     engine = ContextEngine(window=int(total / 0.8), reserve=0, counter=counter, summarizer=s, truncator=None)
     prepared = await engine.aprepare(msgs)
     assert any(snapshot("async") in m.text for m in prepared.messages)
+
+
+# ----------------------------------------------------------------------------- reasoning models
+
+
+def test_an_openai_reasoning_model_gets_a_request_it_accepts_and_room_to_reason(oai: LLMServer) -> None:
+    # The loopback server refuses temperature 0 and max_tokens for o-series and gpt-5 models, as OpenAI and
+    # Azure do: every compaction with --summarizer openai:gpt-5-mini failed with a 400 and went offline.
+    for model in ("gpt-5-mini", "o4-mini", "azure/o3"):
+        oai.script(openai_ok(snapshot("done")))
+        s = OpenAISummarizer(model=model, base_url=oai.url, retry=FAST)
+        assert s.summarize(_request(max_tokens=500)) == snapshot("done")
+        body = oai.requests[-1].body
+        assert "temperature" not in body and "max_tokens" not in body
+        # The prompt asks for a 500-token summary; the limit leaves the model room to reason first.
+        assert body["max_completion_tokens"] == 500 + REASONING_HEADROOM
+        assert "under about 500 tokens" in body["messages"][0]["content"]
+    oai.script(openai_ok(snapshot("done")))
+    plain = OpenAISummarizer(model="qwen2.5", base_url=oai.url, retry=FAST)
+    plain.summarize(_request(max_tokens=500))
+    body = oai.requests[-1].body
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 500  # other models: as before
+
+
+def test_a_reply_with_only_reasoning_is_not_asked_again_and_says_why(oai: LLMServer, ant: LLMServer) -> None:
+    # Retried as "the reply was empty", each of 4 attempts paid for the same reasoning again.
+    only_reasoning = openai_ok(None)
+    only_reasoning.body["choices"][0]["message"]["reasoning_content"] = "Let me think about the history..."
+    cut_think = openai_ok("<think>The user wants a summary. First, the parser")
+    for reply in (only_reasoning, cut_think):
+        oai.script(reply)
+        before = len(oai.requests)
+        with pytest.raises(SummarizerError, match="answered only with reasoning.*reasoning_headroom"):
+            OpenAISummarizer(model="deepseek-r1", base_url=oai.url, retry=FAST).summarize(_request())
+        assert len(oai.requests) - before == 1
+    thinking = anthropic_ok("")
+    thinking.body["content"] = [{"type": "thinking", "thinking": "The history shows...", "signature": "x"}]
+    ant.script(thinking)
+    with pytest.raises(SummarizerError, match="answered only with reasoning"):
+        AnthropicSummarizer(model="m", base_url=ant.url, api_key="k", retry=FAST).summarize(_request())
+    assert len(ant.requests) == 1

@@ -54,7 +54,7 @@ class AnthropicSummarizer(LLMSummarizerBase):
             "system": system,
             "messages": [{"role": "user", "content": user}],
         }
-        if self.temperature is not None:
+        if self.send_temperature():
             body["temperature"] = self.temperature
         body.update(self.extra_body)
         headers = {
@@ -90,4 +90,7 @@ class AnthropicSummarizer(LLMSummarizerBase):
             for b in blocks
             if isinstance(b, dict) and b.get("type") == "text" and isinstance(t := b.get("text"), str)
         )
-        return self.accept(text)
+        reasoned = any(
+            isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking") for b in blocks
+        )
+        return self.accept(text, reasoned=reasoned)

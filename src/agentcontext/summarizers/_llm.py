@@ -33,6 +33,19 @@ __all__ = ["LLMSummarizerBase", "SummaryProblem", "clean_summary", "structured_s
 _REASONING = re.compile(r"<(think|thinking|scratchpad)>.*?</\1>\s*", re.S | re.I)
 _UNCLOSED_REASONING = re.compile(r"^\s*<(think|thinking)>.*", re.S | re.I)
 
+_REASONING_MODEL = re.compile(r"(?:^|/)(?:o\d|gpt-5)", re.I)
+"""OpenAI's reasoning models by name (o1, o3-mini, o4-mini, gpt-5, gpt-5-mini, ``azure/o3``...): they reject
+``temperature`` and ``max_tokens``, and their hidden reasoning counts against the output limit."""
+
+REASONING_HEADROOM = 8192
+"""Output tokens allowed beyond the summary's room for a reasoning model (`LLMSummarizerBase.reasoning_headroom`)."""
+
+
+def reasoning_model(model: str) -> bool:
+    """True for a model name of OpenAI's reasoning models (``o3-mini``, ``gpt-5``, ``openai/o4-mini``...)."""
+    return _REASONING_MODEL.search(model) is not None
+
+
 RESPONSE_BYTES_PER_TOKEN = 32
 """Reply bytes allowed per output token: JSON-escaped CJK (6 bytes a character) or emoji (12) with room
 to spare; a summary needs nowhere near this much."""
@@ -322,7 +335,13 @@ class LLMSummarizerBase:
     prompt: PromptName | PromptTemplate = "state_snapshot"
     """Which template to use (see `agentcontext.summarizers.PromptTemplate`)."""
     temperature: float | None = 0.0
-    """Sampling temperature; None leaves it out (some reasoning models reject it)."""
+    """Sampling temperature; None leaves it out. Never sent to OpenAI's reasoning models (o1, o3, o4-mini,
+    gpt-5... by name), which reject it (``'temperature' does not support 0``)."""
+    reasoning_headroom: int | None = None
+    """Output tokens allowed beyond the summary's room, for a model whose hidden reasoning counts against
+    its output limit (the prompt still asks for a summary of the room's size). None: `REASONING_HEADROOM`
+    for OpenAI's reasoning models by name, 0 for any other. Without it, a reasoning model spent the room
+    on reasoning and every summary was cut at the limit."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Extra HTTP headers (a gateway's routing header, an organization id...)."""
@@ -346,6 +365,11 @@ class LLMSummarizerBase:
             or not self.timeout > 0
         ):
             raise ConfigError(f"{name}.timeout must be a positive number of seconds, got {self.timeout!r}")
+        headroom = self.reasoning_headroom
+        if headroom is not None and (
+            isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 0
+        ):
+            raise ConfigError(f"{name}.reasoning_headroom must be an int >= 0 or None, got {headroom!r}")
         if self.max_output_tokens < 16:
             raise ConfigError(f"{name}.max_output_tokens must be at least 16, got {self.max_output_tokens}")
         cap = self.max_response_bytes
@@ -413,6 +437,7 @@ class LLMSummarizerBase:
         """One exchange (its retries included) for ``request`` with ``template``."""
         output = self.output_tokens(request)
         system, user = build_prompt(request, template, max_tokens=output)
+        output += self.headroom()  # sent as the limit, not asked for: a reasoning model's hidden reasoning
         http = self.http_request(system=system, user=user, max_tokens=output)
         # An uncompressed reply: the byte cap then bounds what is held in memory, not a compressed stream.
         headers = {"accept-encoding": "identity", **http.headers}
@@ -440,6 +465,16 @@ class LLMSummarizerBase:
             return max(16, min(self.max_output_tokens, request.max_tokens))
         return self.max_output_tokens
 
+    def headroom(self) -> int:
+        """`reasoning_headroom`, or its default for the model."""
+        if self.reasoning_headroom is not None:
+            return self.reasoning_headroom
+        return REASONING_HEADROOM if reasoning_model(self.model) else 0
+
+    def send_temperature(self) -> bool:
+        """Whether the request carries ``temperature`` (set, and not for a reasoning model, which rejects it)."""
+        return self.temperature is not None and not reasoning_model(self.model)
+
     def response_limit(self, output_tokens: int) -> int:
         """The reply size cap in bytes for ``output_tokens``: ``max_response_bytes``, else derived from it."""
         if self.max_response_bytes is not None:
@@ -455,8 +490,12 @@ class LLMSummarizerBase:
                 f"{self.endpoint}: {exc} (not retried: is base_url the API root of a {type(self).__name__} endpoint?)"
             ) from exc
 
-    def accept(self, text: str) -> str:
+    def accept(self, text: str, *, reasoned: bool = False) -> str:
         """``text`` without reasoning blocks, if it is a usable summary, else raise.
+
+        ``reasoned``: the reply carried reasoning apart from its text (``reasoning_content``, a
+        ``thinking`` block). With no answer after reasoning, asking again would pay for the same
+        reasoning and get the same nothing: it is not retried.
 
         Usable: not a refusal or an error (`summary_problem`), and in the structure the
         prompt asks for when it asks for one (`structured_summary`, which also drops a
@@ -467,7 +506,15 @@ class LLMSummarizerBase:
             SummarizerError: a refusal or apology; or text without the prompt's structure
                 (`flow` then asks again once, with a correction).
         """
+        cut_reasoning = _UNCLOSED_REASONING.match(_REASONING.sub("", text)) is not None
         text = clean_summary(text)
+        if not text and (reasoned or cut_reasoning):
+            raise SummarizerError(
+                f"{self.endpoint}: the model answered only with reasoning"
+                + (" (cut inside its <think> block)" if cut_reasoning else "")
+                + f", no summary: its output limit ({self.headroom():,} tokens of it for reasoning) went to "
+                "reasoning; raise reasoning_headroom (not retried)"
+            )
         problem = summary_problem(text)
         if problem is None:
             structure = get_prompt(self.prompt).structure

@@ -8,7 +8,7 @@ from typing import Literal
 from ..exceptions import SummarizerError
 from ..messages import JSONValue
 from ._http import HttpRequest, HttpResponse
-from ._llm import LLMSummarizerBase
+from ._llm import LLMSummarizerBase, reasoning_model
 
 __all__ = ["OpenAISummarizer"]
 
@@ -41,9 +41,10 @@ class OpenAISummarizer(LLMSummarizerBase):
         max_tokens_field: ``"max_completion_tokens"`` (OpenAI's current name; its
             reasoning models reject the other) or ``"max_tokens"`` (what most
             compatible servers understand). None picks the first for api.openai.com
-            and the second elsewhere.
-        timeout, max_output_tokens, max_response_bytes, prompt, temperature, retry,
-            headers, extra_body: see `LLMSummarizerBase`.
+            and for OpenAI's reasoning models by name (o1, o3, o4-mini, gpt-5...,
+            wherever served: Azure, a gateway), the second elsewhere.
+        timeout, max_output_tokens, max_response_bytes, prompt, temperature,
+            reasoning_headroom, retry, headers, extra_body: see `LLMSummarizerBase`.
 
     A reply cut at the output limit (``finish_reason`` ``"length"``) is refused
     rather than used: its last sections (the task state) would be missing.
@@ -62,7 +63,9 @@ class OpenAISummarizer(LLMSummarizerBase):
     def http_request(self, *, system: str, user: str, max_tokens: int) -> HttpRequest:
         """A non-streaming Chat Completions request with no tools."""
         limit_field = self.max_tokens_field or (
-            "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
+            "max_completion_tokens"
+            if "api.openai.com" in self.base_url or reasoning_model(self.model)
+            else "max_tokens"
         )
         body: dict[str, JSONValue] = {
             "model": self.model,
@@ -70,7 +73,7 @@ class OpenAISummarizer(LLMSummarizerBase):
             limit_field: max_tokens,
             "stream": False,
         }
-        if self.temperature is not None:
+        if self.send_temperature():
             body["temperature"] = self.temperature
         body.update(self.extra_body)
         headers = {"content-type": "application/json", **self.headers}
@@ -93,13 +96,20 @@ class OpenAISummarizer(LLMSummarizerBase):
             content = "".join(
                 t for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str)
             )
+        reasoned = isinstance(message, dict) and any(
+            isinstance(r := message.get(k), str) and r.strip() for k in ("reasoning_content", "reasoning")
+        )
         if finish == "length":
             raise SummarizerError(
-                f"{self.endpoint}: the summary was cut at the output limit (finish_reason 'length'); "
-                "raise max_output_tokens or ask for a shorter summary"
+                f"{self.endpoint}: the summary was cut at the output limit (finish_reason 'length')"
+                + (
+                    "; the model spent it on reasoning: raise reasoning_headroom"
+                    if reasoned and not content
+                    else "; raise max_output_tokens or ask for a shorter summary"
+                )
             )
         if finish == "content_filter":
             raise SummarizerError(f"{self.endpoint}: the summary was withheld by a content filter")
         if finish == "tool_calls":
             raise SummarizerError(f"{self.endpoint}: the model tried to call a tool instead of summarizing")
-        return self.accept(content if isinstance(content, str) else "")
+        return self.accept(content if isinstance(content, str) else "", reasoned=reasoned)
