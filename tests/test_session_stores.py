@@ -370,6 +370,29 @@ def test_a_complete_last_record_without_newline_is_kept_and_terminated(tmp_path:
     assert path.read_text().splitlines() == [dumps(_rec(0)), dumps(_rec(1))]
 
 
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+def test_a_jsonl_file_taken_away_while_open_refuses_appends_instead_of_losing_them(
+    how: str, tmp_path: Path
+) -> None:
+    # Appends went on "succeeding" into the unlinked file, and were gone when the store closed.
+    path = tmp_path / "s.jsonl"
+    store = JSONLStore(path)
+    store.open(create=True)
+    store.append([_rec(0)], expected_seq=0)
+    if how == "deleted":
+        path.unlink()
+    elif how == "moved":
+        path.rename(tmp_path / "rotated.jsonl")
+    else:
+        path.unlink()
+        path.write_text(dumps(_rec(0, "someone else's")) + "\n")
+    with pytest.raises(
+        SessionNotFoundError, match="deleted or moved while this store had it open; nothing was written"
+    ):
+        store.append([_rec(1)], expected_seq=1)
+    store.close()
+
+
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     first = JSONLStore(path)

@@ -415,6 +415,7 @@ class JSONLStore:
         check_expected_seq(self.location, expected_seq, self._last_seq, records)
         if not records:
             return
+        self._check_still_there(fd)
         data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
         self._repair_tail(fd)
         size = self._size
@@ -435,6 +436,27 @@ class JSONLStore:
         self._last_seq = expected_seq + len(records) - 1
         if read_to_end:  # the next catch-up load starts after what this store wrote itself
             self._remember_read(self._size, self._read_lines + len(records))
+
+    def _check_still_there(self, fd: int) -> None:
+        """Refuse to write when the file open here is no longer the one at the path (two ``stat`` calls).
+
+        A clean-up job, ``rm`` or log rotation took it away: appends went to an
+        unlinked file and were lost when the store closed, reported as written
+        (the database stores refuse such writes too).
+        """
+        try:
+            mine = os.fstat(fd)
+            try:
+                there: os.stat_result | None = os.stat(self._real)
+            except FileNotFoundError:
+                there = None
+        except OSError as exc:
+            raise _os_error(self.path, "check", exc) from exc
+        if mine.st_nlink == 0 or there is None or (there.st_ino, there.st_dev) != (mine.st_ino, mine.st_dev):
+            raise SessionNotFoundError(
+                f"{str(self.path)!r}: the session file was deleted or moved while this store had it open; "
+                "nothing was written. Open the session again (a new file there starts a new session)"
+            )
 
     def replace(self, records: Sequence[Mapping[str, JSONValue]]) -> str:
         """Rewrite the file with ``records``; the old file stays as ``<stem>.bak-<n><suffix>``.
