@@ -319,6 +319,33 @@ def test_a_session_deleted_while_open_refuses_appends_clearly(server: str) -> No
     store.close()
 
 
+def test_a_session_deleted_and_re_created_under_an_open_worker_is_named_not_retried(server: str) -> None:
+    # The worker spun for 10 s (about 200 round trips), then advised a reload that could never help.
+    url = with_session(server, unique("again"))
+    with Session.open(url) as old:
+        old.extend([Message(role="user", content=f"m{i}") for i in range(10)])
+        session_id = url.rsplit("session=", 1)[1]
+        db = open_database(server)
+        assert db.delete(session_id)
+        db.close()
+        with Session.open(url) as new:
+            new.append(Message(role="user", content="a new conversation"))
+        calls = 0
+        real = old.store.append
+
+        def counted(records: object, *, expected_seq: int) -> None:
+            nonlocal calls
+            calls += 1
+            real(records, expected_seq=expected_seq)  # type: ignore[arg-type]
+
+        old.store.append = counted  # type: ignore[method-assign]
+        with pytest.raises(
+            SessionNotFoundError, match="before seq 10, which this session has read.*Open the session again"
+        ):
+            old.append(Message(role="user", content="m10"))
+        assert calls == 1
+
+
 def test_read_only_and_missing_sessions(server: str) -> None:
     with pytest.raises(SessionNotFoundError, match="no session 'ghost'"):
         open_store(with_session(server, "ghost"), read_only=True).open(create=False)

@@ -280,6 +280,13 @@ def check_expected_seq(
     location: str, expected: int, last: int, records: Sequence[Mapping[str, JSONValue]]
 ) -> None:
     """The checks every store makes before an append (see `SessionStore.append`)."""
+    if last < expected - 1:
+        # Not a race: nobody appended what this writer read. Retrying after a reload could never succeed.
+        raise SessionNotFoundError(
+            f"{location}: the log ends at seq {last}, before seq {expected - 1}, which this session has read: "
+            "it was deleted and re-created, or lost records (a Redis restart without persistence?), and "
+            "nothing was written. Open the session again"
+        )
     if expected != last + 1:
         raise ConcurrencyError(
             f"{location}: append expected to write seq {expected}, but the log ends at seq {last}; "
