@@ -352,7 +352,8 @@ def test_a_lease_left_by_a_killed_worker_expires(
 
 def _lease_scenario(url: str, workers: ForkServerContext, tmp_path: Path) -> None:
     marker = tmp_path / "leased"
-    holder = workers.Process(target=db_workers.lease_holder, args=(url, "killed-worker", 1.0, str(marker)))
+    # A ttl long enough that the kill and the next worker's first try come before it lapses on a busy machine.
+    holder = workers.Process(target=db_workers.lease_holder, args=(url, "killed-worker", 3.0, str(marker)))
     holder.start()
     deadline = time.monotonic() + 60
     while not marker.exists():

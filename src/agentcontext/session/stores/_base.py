@@ -143,8 +143,10 @@ class SessionStore(Protocol):
         A batch is written as a whole or not at all, as far as the store can.
 
         Raises:
-            ConcurrencyError: the log's last seq is not ``expected_seq - 1``
+            ConcurrencyError: the log's last seq is past ``expected_seq - 1``
                 (another writer appended first); nothing was written.
+            SessionNotFoundError: the log ends before ``expected_seq - 1`` (it was
+                deleted and re-created, or lost records); nothing was written.
             StoreError: the write failed; nothing of the batch is kept.
         """
         ...
