@@ -4,6 +4,7 @@ longer than its room, a wrapper's closing tag in the text, and conversations in 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agentcontext import ContextEngine
@@ -129,3 +130,73 @@ def test_a_model_summary_reads_the_outputs_masked_in_the_same_call_and_recall_re
         (summary,) = _summaries(prepared.messages)
         recalled = session.recall(f"message:{summary.id}")
         assert "IndexError: list index out of range" in recalled and "not in the log" not in recalled
+
+
+def _chatty(n: int) -> list[Message]:
+    msgs = [Message(role="system", content="You are a helpful assistant.")]
+    for i in range(n):
+        why = " ".join(f"because_{i}_{k}" for k in range(20))
+        msgs += [
+            Message(role="user", content=f"REQ-{i:02d}: rename total_{i} to amount_{i} in reports.sql {why}"),
+            Message(role="assistant", content=f"Done with step {i}. " + "word " * 60),
+        ]
+    return msgs
+
+
+def test_the_requests_a_model_summary_leaves_out_are_quoted_in_it_and_reported() -> None:
+    # The prompt asks for every user request; a model that dropped some was taken at its word, where the
+    # offline summary always lists them.
+    forgetful = ScriptedSummarizer(replies=["<state_snapshot>The user asked for renames.</state_snapshot>"])
+    engine = ContextEngine(window=2_000, reserve=100, counter=WordCounter(), summarizer=forgetful)
+    msgs = _chatty(20)
+    prepared = engine.prepare(msgs)
+    assert forgetful.requests
+    text = "\n".join(m.text for m in prepared.messages)
+    gone = [i for i in range(20) if f"REQ-{i:02d}" not in text]
+    summarized = next(a for a in prepared.report.actions if a.kind == "summarized")
+    found = re.search(
+        r"(\d+) user request\(s\) the model's summary left out, the newest (\d+) quoted", summarized.reason
+    )
+    assert found, summarized.reason
+    left_out, quoted = int(found[1]), int(found[2])
+    # Before: none of the left-out requests was anywhere. Now the newest are quoted, and the report
+    # counts exactly the oldest that did not fit beside them.
+    assert quoted >= 4 and left_out - quoted == len(gone) and gone == list(range(1, 1 + len(gone)))
+    assert prepared.report.tokens_after <= prepared.report.budget
+
+    # A summary that carries them gets nothing added.
+    def faithful(request: object) -> str:
+        asked = [m.text for m in request.messages if m.role == "user"]  # type: ignore[attr-defined]
+        return "<state_snapshot>" + "\n".join(asked) + "</state_snapshot>"
+
+    class Faithful:
+        def summarize(self, request: object) -> str:
+            return faithful(request)
+
+    engine = ContextEngine(window=2_000, reserve=100, counter=WordCounter(), summarizer=Faithful())  # type: ignore[arg-type]
+    prepared = engine.prepare(msgs)
+    summarized = next(a for a in prepared.report.actions if a.kind == "summarized")
+    assert "left out" not in summarized.reason
+    assert not any("had left out" in m.text for m in prepared.messages)
+
+
+def test_a_task_statement_too_long_for_the_ledger_survives_a_model_summary_that_drops_it() -> None:
+    task = (
+        "CONSTRAINT-A: never touch migrations/. "
+        + "Background of the bug report. " * 400
+        + "CONSTRAINT-C: the fix must keep python 3.10 support."
+    )
+    msgs = [Message(role="system", content="You are a coding agent."), Message(role="user", content=task)]
+    for i in range(30):
+        msgs += [
+            Message(role="assistant", content=f"Looked at module_{i}. " + "word " * 80),
+            Message(role="user", content=f"continue with module_{i + 1}"),
+        ]
+    forgetful = ScriptedSummarizer(replies=["<state_snapshot>The agent read modules.</state_snapshot>"])
+    engine = ContextEngine(window=3_000, reserve=100, counter=WordCounter(), summarizer=forgetful)
+    prepared = engine.prepare(msgs)
+    text = "\n".join(m.text for m in prepared.messages)
+    assert forgetful.requests and task not in text  # too long to be kept whole ...
+    assert (
+        "CONSTRAINT-A: never touch migrations/." in text and "keep python 3.10 support" in text
+    )  # its ends are

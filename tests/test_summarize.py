@@ -142,9 +142,17 @@ def test_summary_replaces_the_oldest_part_as_a_marked_user_message() -> None:
     assert not any(m.role == "system" and kind(m) is not None for m in out)
     assert "[agentcontext: summary of earlier context]" in summary.text
     assert "not a new request" in summary.text and "not to be followed" in summary.text
-    assert summary_text(summary) == "<state_snapshot>the gist</state_snapshot>"
+    # The model's text, then the user's requests it left out (a model may drop them; the offline one never).
+    gist, asked = summary_text(summary).split("\n\nThe user's requests this summary had left out, quoted:\n")
+    assert gist == "<state_snapshot>the gist</state_snapshot>"
+    quoted = [line.split(":")[0] for line in asked.splitlines()]
+    assert quoted[:2] == ["- Request 3", "- Request 2"]  # the newest first
     (action,) = result.actions
     assert action.kind == "summarized" and action.replacement_ids[0] == summary.id
+    assert (
+        f"user request(s) the model's summary left out, the newest {len(quoted)} quoted" in action.reason
+        or ("left out, all quoted" in action.reason)
+    )
     meta = summary.metadata["agentcontext"]
     assert meta["covers"] == list(action.message_ids)  # type: ignore[index]
     assert set(action.message_ids) == {m.id for m in msgs} - {m.id for m in out}
@@ -254,11 +262,11 @@ def test_a_second_summary_integrates_the_first() -> None:
     grown = list(first.messages) + agent_run(6)[1:]
     second, requests = drive(Summarize(), grown, ctx_for(grown), fixed("SECOND SUMMARY"))
     (request,) = requests
-    assert request.previous_summary == "FIRST SUMMARY"
+    assert request.previous_summary is not None and request.previous_summary.startswith("FIRST SUMMARY")
     assert not any(kind(m) == "summary" for m in request.messages)  # passed as text, not re-summarized
     out = list(second.messages)
     summaries = [m for m in out if kind(m) == "summary"]
-    assert len(summaries) == 1 and summary_text(summaries[0]) == "SECOND SUMMARY"
+    assert len(summaries) == 1 and summary_text(summaries[0]).startswith("SECOND SUMMARY\n")
     old = next(m for m in first.messages if kind(m) == "summary")
     assert summaries[0].metadata["agentcontext"]["previous_summary_id"] == old.id  # type: ignore[index]
     assert old.id in second.actions[0].message_ids
@@ -596,7 +604,7 @@ def test_a_failed_reprompt_keeps_the_first_summary() -> None:
     answers: list[str | Exception] = ["first try", SummarizerError("down")]
     result, requests = drive(Summarize(reprompt_missing=True), msgs, ctx_for(msgs), lambda r: answers.pop(0))
     assert len(requests) == 2
-    assert any(summary_text(m) == "first try" for m in result.messages if kind(m) == "summary")
+    assert any(summary_text(m).startswith("first try\n") for m in result.messages if kind(m) == "summary")
 
 
 # ----------------------------------------------------------------------------- safety and language
@@ -609,7 +617,7 @@ def test_a_summary_cannot_close_its_own_block() -> None:
     summary = next(m for m in result.messages if kind(m) == "summary")
     assert summary.text.count("</context_summary>") == 1
     assert summary.text.endswith("</context_summary>")
-    assert summary_text(summary) == evil
+    assert summary_text(summary).startswith(evil + "\n")
 
 
 def test_a_chinese_conversation_gets_a_chinese_preamble() -> None:

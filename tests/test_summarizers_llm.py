@@ -354,7 +354,7 @@ def test_engine_inserts_the_llm_summary_as_a_marked_user_message(oai: LLMServer)
     assert len(summaries) == 1
     summary = summaries[0]
     assert summary.role == "user" and summary.role != "system"
-    assert f"<context_summary>\n{snapshot('ship it', '[DONE] tests')}\n</context_summary>" in summary.text
+    assert f"<context_summary>\n{snapshot('ship it', '[DONE] tests')}\n" in summary.text
     assert check_messages(out) == []
     assert out[0] == msgs[0]  # the system prompt, untouched
     assert [a.kind for a in prepared.report.actions if a.kind == "summarized"] == ["summarized"]

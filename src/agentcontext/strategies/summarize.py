@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,6 +42,7 @@ from ..compaction import (
     FallbackReason,
     MessageKind,
     SummaryRequest,
+    is_user_request,
     kind_of,
     marker,
     original_id,
@@ -56,6 +57,7 @@ from ..exceptions import (
 from ..messages import Message, ToolCall, derive_id, safe_split_points, without_surrogates
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
+from ..summarizers._render import BRIEF_QUOTE, shorten
 from ..summarizers._snapshot import filler_items
 from ..summarizers._transcript import Language, detect_language
 from ._base import (
@@ -562,9 +564,15 @@ class Summarize:
         current = msgs[latest_user].text[:4000] if latest_user is not None else None
         prev_text = summary_text(previous) if previous is not None else None
         text = yield from self._ask(items, prev_text, current, plan.room, limit, age, ctx)
+        # A model's summary is checked for the user's requests it covers (an offline one quotes them).
+        asked = (
+            [msgs[i].text for i in covered if is_user_request(msgs[i])]
+            if age is None and not ctx.offline_summaries
+            else []
+        )
         expected = _identifiers([ctx.original(msgs[i]) for i in covered])  # not the placeholders' "9 lines"
         result = self._assemble(
-            msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age
+            msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age, asked
         )
         missing = result[2]
         if missing and self.reprompt_missing and age is None:
@@ -576,16 +584,39 @@ class Summarize:
             try:
                 second = yield from self._summarize(items, prev_text, current, plan.room, limit, note, ctx)
                 retry = self._assemble(
-                    msgs, plan, covered, len(dropped), second, previous, ctx, lang, expected, total, age
+                    msgs,
+                    plan,
+                    covered,
+                    len(dropped),
+                    second,
+                    previous,
+                    ctx,
+                    lang,
+                    expected,
+                    total,
+                    age,
+                    asked,
                 )
             except Exception:  # the first summary stands
                 retry = None
             if retry is not None and len(retry[2]) < len(missing):
                 result = retry
-        out, summary, missing, ack = result
+        out, summary, missing, ack, quoted = result
         actions = [
             self._summarized(
-                msgs, counts, covered, summary, ack, previous, plan, expected, missing, age, ctx, failed
+                msgs,
+                counts,
+                covered,
+                summary,
+                ack,
+                previous,
+                plan,
+                expected,
+                missing,
+                age,
+                ctx,
+                failed,
+                quoted,
             )
         ]
         if dropped:
@@ -663,6 +694,7 @@ class Summarize:
         age: int | None,
         ctx: CompactionContext,
         failed: SummaryFallback | None = None,
+        quoted: tuple[int, int] = (0, 0),
     ) -> Action:
         """The report of a summary: what it covers, what it kept, what it missed."""
         n = len(covered)
@@ -677,6 +709,16 @@ class Summarize:
             + (" with the previous summary folded in" if previous is not None else "")
             + offline
             + f"; {len(plan.ledger)} user/system message(s) kept verbatim after it"
+            + (
+                f"; {quoted[1]} user request(s) the model's summary left out"
+                + (
+                    ", all quoted in it"
+                    if quoted[0] == quoted[1]
+                    else f", the newest {quoted[0]} quoted in it"
+                )
+                if quoted[1]
+                else ""
+            )
             + f"; identifiers kept {len(expected) - len(missing)}/{len(expected)}"
             + (
                 f"; missing: {', '.join(missing[:20])}" + (" …" if len(missing) > 20 else "")
@@ -708,14 +750,19 @@ class Summarize:
         expected: list[str],
         total: int,
         age: int | None,
-    ) -> tuple[list[Message], Message, list[str], Message | None]:
-        """Build and check the result: non-empty, smaller than the input, within the target."""
+        asked: list[str],
+    ) -> tuple[list[Message], Message, list[str], Message | None, tuple[int, int]]:
+        """Build and check the result: non-empty, smaller than the input, within the target.
+
+        ``asked``: the user's requests the summary covers, to quote those a model's summary left out.
+        """
         text = text.strip()
         if not text:
             raise SummaryFallback(FallbackReason.EMPTY_SUMMARY, "the summarizer returned an empty summary")
         problem = summary_problem(text)  # any summarizer's, not only the bundled ones, which check it too
         if problem is not None:
             raise SummaryFallback(FallbackReason.UNUSABLE_SUMMARY, problem.reason)
+        text, quoted = _with_requests(text, asked, lang, plan.room, ctx.counter.count_text)
         # An identifier is kept when the summary mentions it or a kept message carries it. Kept messages
         # are matched by their own identifiers (extracted once per text, and cached), not by searching
         # their text for every expected one, which costs O(identifiers x text) on a long history.
@@ -754,7 +801,7 @@ class Summarize:
                 FallbackReason.OVER_TARGET,
                 f"the result would be {tokens:,} tokens, over the {plan.ceiling:,} target",
             )
-        return out, summary, missing, ack
+        return out, summary, missing, ack, quoted
 
     def _summarize(
         self,
@@ -895,6 +942,64 @@ def _identifiers(messages: Sequence[Message]) -> list[str]:
             for ident in extract_identifiers(arguments_text(call.parsed_arguments(), keys=False)):
                 found.setdefault(ident, None)
     return list(found)
+
+
+_WORD = re.compile(r"[a-z_][\w./-]{3,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]{2}")
+_COMMON = frozenset(
+    "this that with from have will would should could please then than them they their there what when "
+    "which while also just make sure into only some more most very been were does done like want need "
+    "about after before each every other such your yours it's don't can't".split()
+)
+_REQUESTS_LEFT_OUT = {
+    "en": "The user's requests this summary had left out, quoted:",
+    "zh": "本摘要遗漏的用户请求（原文摘录）：",
+}
+
+
+def _left_out(request: str, summary: str) -> bool:
+    """Whether a model's ``summary`` fails to carry ``request``: under half of its distinctive words (its
+    names, paths, numbers; pairs of characters in Chinese or Japanese) appear in it."""
+    words = {w for w in _WORD.findall(request.lower()) if w not in _COMMON}
+    if not words:
+        return False
+    return sum(1 for w in words if w in summary) * 2 < len(words)
+
+
+def _with_requests(
+    text: str, requests: list[str], lang: Language, room: int, count: Callable[[str], int]
+) -> tuple[str, tuple[int, int]]:
+    """``text`` with the user's ``requests`` a model's summary left out quoted after it, newest first,
+    within half of ``room`` (each cut in the middle when long); and how many were quoted, of how many
+    left out (the oldest go first when they do not all fit; the report says so).
+
+    A model may drop what the user asked (the prompt asks for every request; nothing made it so),
+    where the offline summary always lists them: a task statement too long for the ledger, or the
+    older of many requests, were lost without a word.
+    """
+    if not requests:
+        return text, (0, 0)
+    lower = text.lower()
+    seen: set[str] = set()
+    missing: list[str] = []
+    for r in reversed(requests):  # newest first; a request repeated is quoted once
+        key = r.strip()
+        if key and key not in seen and _left_out(key, lower):
+            seen.add(key)
+            missing.append(key)
+    if not missing:
+        return text, (0, 0)
+    left = max(room // 2, 64)
+    lines: list[str] = []
+    for n, r in enumerate(missing):
+        quote = shorten(r, max(BRIEF_QUOTE, left // (len(missing) - n)), count)
+        cost = count(quote) + 2
+        if cost > left:
+            break
+        lines.append("- " + quote.replace("\n", "\n  "))
+        left -= cost
+    if not lines:
+        return text, (0, len(missing))
+    return f"{text}\n\n{_REQUESTS_LEFT_OUT[lang]}\n" + "\n".join(lines), (len(lines), len(missing))
 
 
 def _answer(request: SummaryRequest) -> Generator[SummaryRequest, str, str]:

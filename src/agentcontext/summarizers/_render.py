@@ -25,7 +25,7 @@ Counter = Callable[[str], int]
 
 # The shortest quote of a request worth a line: about a sentence from each end, in any script (a
 # Chinese character costs about a token, an English word a little more).
-_BRIEF = 48
+BRIEF_QUOTE = 48
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class _Packer:
         """The user's requests, each quoted up to ``quote`` tokens, within the room up to ``limit``.
 
         Every request not listed yet gets a line first, newest first, of its even share of the room
-        (and no less than `_BRIEF` tokens: a sentence or so from each end), so that every question
+        (and no less than `BRIEF_QUOTE` tokens: a sentence or so from each end), so that every question
         the user asked is listed before any is quoted at length; only what does not fit even briefly
         (the oldest) goes. Then the room left quotes the newest at greater length.
         """
@@ -240,7 +240,7 @@ class _Packer:
             room = limit - self.used
             if room <= 0:
                 return
-            self._quote_request(n, min(quote, max(_BRIEF, room // (len(pending) - left))))
+            self._quote_request(n, min(quote, max(BRIEF_QUOTE, room // (len(pending) - left))))
         for n in pending:
             room = limit - self.used
             if room <= 0:
