@@ -491,6 +491,78 @@ def test_a_worker_behind_the_others_does_not_deny_their_checkpoints_dmails_or_co
         assert b.message("out1").text.startswith("output 1")
 
 
+class _SlowSummarizer:
+    """The offline summary, after a model's pause; counts the summaries asked for."""
+
+    def __init__(self, pause: float) -> None:
+        from agentcontext.summarizers import ExtractiveSummarizer
+
+        self.pause, self.calls, self.inner = pause, 0, ExtractiveSummarizer()
+        self._lock = threading.Lock()
+
+    def summarize(self, request: object) -> str:
+        import time
+
+        with self._lock:
+            self.calls += 1
+        time.sleep(self.pause)
+        return self.inner.summarize(request)  # type: ignore[arg-type]
+
+    async def asummarize(self, request: object) -> str:
+        with self._lock:
+            self.calls += 1
+        await asyncio.sleep(self.pause)
+        return self.inner.summarize(request)  # type: ignore[arg-type]
+
+
+def _tool_steps(session: Session, n: int) -> None:
+    session.append(Message(role="user", content="fix the parser"))
+    for i in range(n):
+        call = ToolCall(id=f"c{i}", name="cat", arguments="{}")
+        session.extend(
+            [
+                Message(role="assistant", content=f"step {i}", tool_calls=(call,)),
+                Message(role="tool", tool_call_id=f"c{i}", content=" ".join(f"t{i}x{k}" for k in range(60))),
+            ]
+        )
+
+
+def test_two_event_loops_preparing_one_session_summarize_a_span_once(server: str) -> None:
+    # One owner name per Session: the second loop "renewed" the first one's lease and summarized too.
+    from agentcontext.engine import ContextEngine
+    from agentcontext.testing import WordCounter
+
+    def summaries_for_one_compaction(loops: int) -> int:
+        slow = _SlowSummarizer(0.3)
+        engine = ContextEngine(
+            window=900, reserve=100, counter=WordCounter(), truncator=None, summarizer=slow
+        )
+        with Session.open(with_session(server, unique("loops")), engine=engine) as session:
+            _tool_steps(session, 14)
+            threads = [threading.Thread(target=lambda: asyncio.run(session.aprepare())) for _ in range(loops)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(session.compactions) == 1
+        return slow.calls
+
+    assert summaries_for_one_compaction(2) == summaries_for_one_compaction(1)
+
+
+def test_a_lease_that_runs_out_during_a_prepare_is_reported(server: str) -> None:
+    from agentcontext.engine import ContextEngine
+    from agentcontext.exceptions import SessionWarning
+    from agentcontext.testing import WordCounter
+
+    slow = _SlowSummarizer(0.4)
+    engine = ContextEngine(window=900, reserve=100, counter=WordCounter(), truncator=None, summarizer=slow)
+    with Session.open(with_session(server, unique("lapse")), engine=engine, lease_ttl=0.2) as session:
+        _tool_steps(session, 14)
+        with pytest.warns(SessionWarning, match=r"lease ran out \(0.2 s, lease_ttl\).*Raise lease_ttl"):
+            session.prepare()
+
+
 # ----------------------------------------------------------------------------- async
 
 

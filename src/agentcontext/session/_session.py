@@ -82,6 +82,7 @@ from ..exceptions import (
     InvalidMessageError,
     RecallError,
     SessionLockedError,
+    SessionWarning,
     UsageError,
 )
 from ..messages import Message, new_id
@@ -634,20 +635,17 @@ class Session:
             yield
             return
         store = cast(SupportsLease, self._log.store)
+        owner = self._call_owner()
         waited, pause = 0.0, 0.01
-        while not store.acquire_lease(self._owner, self._lease_ttl):
-            if waited > 2 * self._lease_ttl:
-                raise SessionLockedError(
-                    f"session {self._log.id!r} has been leased by another worker for over {waited:.0f} s; "
-                    f"its lease should have expired after {self._lease_ttl:g} s (check the workers' clocks)"
-                )
+        while not store.acquire_lease(owner, self._lease_ttl):
+            self._check_waited(waited)
             time.sleep(pause)
             waited += pause
             pause = min(pause * 2, 0.5)
         try:
             yield
         finally:
-            store.release_lease(self._owner)
+            self._released(store.release_lease(owner))
 
     @contextlib.asynccontextmanager
     async def _aleased(self) -> AsyncIterator[None]:
@@ -656,20 +654,40 @@ class Session:
             yield
             return
         store = cast(SupportsLease, self._log.store)
+        owner = self._call_owner()
         waited, pause = 0.0, 0.01
-        while not store.acquire_lease(self._owner, self._lease_ttl):
-            if waited > 2 * self._lease_ttl:
-                raise SessionLockedError(
-                    f"session {self._log.id!r} has been leased by another worker for over {waited:.0f} s; "
-                    f"its lease should have expired after {self._lease_ttl:g} s (check the workers' clocks)"
-                )
+        while not store.acquire_lease(owner, self._lease_ttl):
+            self._check_waited(waited)
             await asyncio.sleep(pause)
             waited += pause
             pause = min(pause * 2, 0.5)
         try:
             yield
         finally:
-            store.release_lease(self._owner)
+            self._released(store.release_lease(owner))
+
+    def _call_owner(self) -> str:
+        """The lease's owner for one prepare: its own, so that two event loops (or threads) preparing
+        one `Session` exclude each other as two workers do (one owner let both summarize the same span)."""
+        return f"{self._owner}:{new_id()[4:16]}"
+
+    def _check_waited(self, waited: float) -> None:
+        if waited > 2 * self._lease_ttl:
+            raise SessionLockedError(
+                f"session {self._log.id!r} has been leased by another worker for over {waited:.0f} s; "
+                f"its lease should have expired after {self._lease_ttl:g} s (check the workers' clocks)"
+            )
+
+    def _released(self, held: bool) -> None:
+        """Say when the lease ran out during the prepare: another worker may have summarized the same span."""
+        if not held:
+            warnings.warn(
+                f"{self._log.store.location}: the session's lease ran out ({self._lease_ttl:g} s, lease_ttl) "
+                "while this worker prepared; another worker may have summarized the same span. Raise "
+                "lease_ttl above the longest prepare (its summarizer's timeout and retries)",
+                SessionWarning,
+                stacklevel=4,
+            )
 
     def _require_engine(self) -> Engine:
         if self._engine is None:
