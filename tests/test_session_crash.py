@@ -114,3 +114,28 @@ def test_sigkill_at_random_moments_never_loses_a_returned_append(kind: str, tmp_
             session.close()
     assert killed_mid_loop >= KILLS // 2, "the kills should mostly land while the child is appending"
     assert len(confirmed) > KILLS
+
+
+def test_a_dmail_delivery_cut_by_a_crash_leaves_the_dmail_pending(tmp_path: Path) -> None:
+    """The revert and the D-Mail's message are one batch: a crash keeps both or neither."""
+    from agentcontext.messages import Message
+
+    path = tmp_path / "run.jsonl"
+    with Session.open(path) as s:
+        s.append(Message(role="user", content="task"))
+        cp = s.checkpoint()
+        s.append(Message(role="assistant", content="a wrong turn"))
+        s.send_dmail(cp, "take the other branch")
+        before = path.read_bytes()
+        assert s.deliver_dmail() is not None
+    lines = path.read_bytes()[len(before) :].splitlines(keepends=True)
+    assert len(lines) == 2
+    path.write_bytes(before + lines[0])  # the crash: the revert on disk, the D-Mail's message not
+    with pytest.warns(CorruptRecordWarning, match="1 of the 2 records of one append"):
+        s = Session.open(path)
+    with s:
+        # Before: the revert was applied, the message lost, and the D-Mail no longer pending (lost).
+        assert [m.text for m in s.view] == ["task", "a wrong turn"]
+        assert s.pending_dmail is not None and s.pending_dmail.text == "take the other branch"
+        delivered = s.deliver_dmail()
+        assert delivered is not None and [m.text for m in s.view][0] == "task" and len(s.view) == 2

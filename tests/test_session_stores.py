@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -340,7 +342,8 @@ def test_jsonl_lines_are_one_compact_record_each(tmp_path: Path) -> None:
     store.append([_rec(0, "naïve 中文"), _rec(1)], expected_seq=0)
     store.close()
     raw = (tmp_path / "s.jsonl").read_text(encoding="utf-8")
-    assert raw == dumps(_rec(0, "naïve 中文")) + "\n" + dumps(_rec(1)) + "\n"
+    # The first line of a batch of two says so (the store's framing: a crash cannot apply half of it).
+    assert raw == dumps({**_rec(0, "naïve 中文"), "batch": 2}) + "\n" + dumps(_rec(1)) + "\n"
 
 
 def test_a_torn_last_line_is_skipped_then_moved_aside_before_the_next_append(tmp_path: Path) -> None:
@@ -357,6 +360,58 @@ def test_a_torn_last_line_is_skipped_then_moved_aside_before_the_next_append(tmp
     reread = JSONLStore(path, read_only=True)
     reread.open(create=False)
     assert [r["seq"] for r in _load(reread)] == [0, 1]  # and no warning any more
+
+
+@pytest.mark.parametrize("cut", ["at a line's end", "inside a line"])
+def test_a_batch_cut_short_by_a_crash_is_applied_not_at_all_then_moved_aside(
+    cut: str, tmp_path: Path
+) -> None:
+    # A crash during one write of a tool call and its result left the call alone in the log, and the
+    # restore applied it (the D-Mail batch: the revert without the D-Mail, which was then lost).
+    path = tmp_path / "s.jsonl"
+    store = JSONLStore(path)
+    store.open(create=True)
+    store.append([_rec(0)], expected_seq=0)
+    store.append([_rec(1, "call"), _rec(2, "result"), _rec(3, "after")], expected_seq=1)
+    store.close()
+    whole = path.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    assert b'"batch":3' in lines[1] and b"batch" not in lines[2]  # the first line of a batch says its size
+    kept = b"".join(lines[:3]) if cut == "at a line's end" else b"".join(lines[:3]) + lines[3][:9]
+    path.write_bytes(kept)
+    store = JSONLStore(path)
+    store.open(create=False)
+    with pytest.warns(CorruptRecordWarning) as caught:  # and, cut inside a line, that line is incomplete
+        assert _load(store) == [_rec(0)]
+    said = [str(w.message) for w in caught]
+    assert any(re.search("lines 2-[34] are 2 of the 3 records of one append", m) for m in said), said
+    store.append([_rec(1, "again")], expected_seq=1)  # the batch goes aside first, as a torn line does
+    store.close()
+    assert path.read_bytes() == lines[0] + dumps(_rec(1, "again")).encode() + b"\n"
+    assert (tmp_path / "s.jsonl.torn").read_bytes().startswith(lines[1])
+    reread = JSONLStore(path, read_only=True)
+    reread.open(create=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _load(reread) == [_rec(0), _rec(1, "again")]  # the framing is the store's: never handed on
+
+
+def test_a_reader_following_the_writer_waits_for_a_whole_batch(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    writer = JSONLStore(path)
+    writer.open(create=True)
+    writer.append([_rec(0)], expected_seq=0)
+    reader = JSONLStore(path, read_only=True)
+    reader.open(create=False)
+    assert _load(reader) == [_rec(0)]
+    writer.append([_rec(1), _rec(2)], expected_seq=1)
+    writer.close()
+    whole = path.read_bytes()
+    first_two = b"".join(whole.splitlines(keepends=True)[:2])
+    path.write_bytes(first_two)  # as the reader would find it while the writer is mid-batch
+    assert [r.data for r in reader.load(after=0)] == []
+    path.write_bytes(whole)
+    assert [r.data for r in reader.load(after=0)] == [_rec(1), _rec(2)]
 
 
 def test_a_complete_last_record_without_newline_is_kept_and_terminated(tmp_path: Path) -> None:

@@ -7,6 +7,13 @@ CLI's context file, whose design this takes up:
   batch on a file opened with ``O_APPEND`` (no user-space buffer to lose), then
   an ``fsync`` per the policy (`FsyncPolicy`; Kimi never fsyncs). A process
   killed at any moment loses at most the append in flight.
+- **A batch is all or nothing.** The first line of a batch of several
+  records (a tool call and its result, a D-Mail's revert and its message)
+  carries ``"batch": n``; a restore that finds fewer than ``n`` whole lines
+  after it (a crash cut the ``write``) skips the whole batch as torn, rather
+  than applying its first records (a call without its result, a revert
+  without its D-Mail). A reader following the writer waits for the whole
+  batch.
 - **A damaged line never stops a restore.** Kimi's restore aborted on the
   first bad line. Here a torn or corrupt line is skipped with a
   `CorruptRecordWarning` naming its line number, and the rest loads. A torn
@@ -120,6 +127,72 @@ def _first_lines(path: Path, *, lines: int) -> tuple[int, list[bytes]]:
             budget -= len(line)
             out.append(line)
     return size, out
+
+
+_BATCH = "batch"
+"""The key the first line of a multi-record batch carries: how many lines the batch has (the store's framing,
+taken off before a record is handed on)."""
+
+
+def _batch_lines(records: Sequence[Mapping[str, JSONValue]]) -> bytes:
+    """The lines of one append; the first of several says how many there are."""
+    if len(records) > 1:
+        records = [{**records[0], _BATCH: len(records)}, *records[1:]]
+    return "".join(dumps(r) + "\n" for r in records).encode("utf-8")
+
+
+class _Batch:
+    """Records of a batch being read, held until its last line is read (see `_batch_lines`)."""
+
+    def __init__(self, size: int, start: int, first_line: int) -> None:
+        self.left = size
+        self.size = size
+        self.start = start
+        """Byte offset of its first line."""
+        self.first_line = first_line
+        self.records: list[tuple[str, dict[str, JSONValue] | None]] = []
+
+    def member(self, data: dict[str, JSONValue] | None, where: str) -> bool:
+        """Take the batch's next line (None: a damaged one, which counts but is skipped); True when it
+        was the last."""
+        self.records.append((where, data))
+        self.left -= 1
+        return self.left <= 0
+
+    def torn(self, path: object, last_line: int) -> str:
+        """The warning for a batch that ends at ``last_line`` short of its size."""
+        got = self.size - self.left
+        return (
+            f"{path}: lines {self.first_line}-{last_line} are {got} of the {self.size} records of one append "
+            "that was interrupted; none of it is applied"
+        )
+
+
+Framed = list[tuple[str, dict[str, JSONValue] | None]]
+
+
+def _frame(
+    batch: _Batch | None,
+    data: dict[str, JSONValue] | None,
+    where: str,
+    start: int,
+    number: int,
+    warn: Callable[[str], None],
+    path: object,
+) -> tuple[_Batch | None, Framed]:
+    """One line through the batch framing (``data`` None: a damaged line, which counts in a batch):
+    the batch still open, and the records now whole to hand on (a batch's once its last line is read)."""
+    n = data.get(_BATCH) if data is not None else None
+    if isinstance(n, int) and not isinstance(n, bool) and n > 1 and data is not None:
+        if batch is not None:  # a batch cut short, then appended after: never applied
+            warn(batch.torn(path, number - 1))
+        data.pop(_BATCH)
+        batch = _Batch(n, start, number)
+    if batch is None:
+        return None, [(where, data)]
+    if batch.member(data, where):
+        return None, batch.records
+    return batch, []
 
 
 def _is_record(data: Mapping[str, JSONValue]) -> bool:
@@ -319,6 +392,7 @@ class JSONLStore:
         offset = 0
         number = 0
         complete_end = 0
+        batch: _Batch | None = None
         try:
             for line in handle:
                 number += 1
@@ -333,34 +407,50 @@ class JSONLStore:
                         self._torn_at = start  # trailing blanks without a newline: harmless, tidy them
                     continue
                 where = f"line {number}"
+                data: dict[str, JSONValue] | None
                 try:
                     data = loads(line, where=where)
                 except RecordDecodeError as exc:
-                    if complete:
-                        limiter.warn(f"{self.path}: {exc.reason} at {where}; the line is skipped")
-                    else:
+                    if not complete:
                         self._torn_at = start
                         limiter.warn(
                             f"{self.path}: {where} is incomplete ({len(line)} bytes, no newline): the last "
                             "append was interrupted; the line is skipped"
                         )
-                    continue
-                if not complete:
+                        continue
+                    limiter.warn(f"{self.path}: {exc.reason} at {where}; the line is skipped")
+                    data = None
+                if data is not None and not complete:
                     self._needs_newline = True
                     complete_end = offset  # a whole record, only its newline is missing
-                seq = data.get("seq")
-                number_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-                if number_seq is not None and number_seq > self._last_seq:
-                    self._last_seq = number_seq
-                if after >= 0 and (number_seq is None or number_seq <= after):
-                    continue
-                yield StoredRecord(where, data)
+                batch, whole = _frame(batch, data, where, start, number, limiter.warn, self.path)
+                yield from self._emit(whole, after)
+            if batch is not None:
+                # The file ends inside a batch: the append was cut, and none of it is applied. The
+                # next append moves it aside, with a torn last line's bytes (`_repair_tail`).
+                limiter.warn(batch.torn(self.path, number))
+                self._torn_at = batch.start
+                self._needs_newline = False
+                complete_end, number, offset = batch.start, batch.first_line - 1, batch.start
         except OSError as exc:
             raise _os_error(self.path, "read", exc) from exc
         finally:
             handle.close()
             limiter.finish(str(self.path))
         self._remember_read(complete_end, number if complete_end == offset else number - 1)
+
+    def _emit(self, records: Framed, after: int) -> Iterator[StoredRecord]:
+        """Hand on whole records (a batch once all of it is read), noting the highest seq."""
+        for where, data in records:
+            if data is None:
+                continue
+            seq = data.get("seq")
+            number_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+            if number_seq is not None and number_seq > self._last_seq:
+                self._last_seq = number_seq
+            if after >= 0 and (number_seq is None or number_seq <= after):
+                continue
+            yield StoredRecord(where, data)
 
     def _load_from(self, start: int) -> Iterator[StoredRecord]:
         limiter = WarningLimiter(CorruptRecordWarning)
@@ -370,6 +460,7 @@ class JSONLStore:
             raise _os_error(self.path, "read", exc) from exc
         offset = start
         number = self._read_lines
+        batch: _Batch | None = None
         try:
             handle.seek(start)
             for line in handle:
@@ -380,15 +471,16 @@ class JSONLStore:
                 if line[:1] != b"{" and not line.strip():
                     continue
                 where = f"line {number}"
+                data: dict[str, JSONValue] | None
                 try:
                     data = loads(line, where=where)
                 except RecordDecodeError as exc:
                     limiter.warn(f"{self.path}: {exc.reason} at {where}; the line is skipped")
-                    continue
-                seq = data.get("seq")
-                if isinstance(seq, int) and not isinstance(seq, bool) and seq > self._last_seq:
-                    self._last_seq = seq
-                yield StoredRecord(where, data)
+                    data = None
+                batch, whole = _frame(batch, data, where, offset - len(line), number, limiter.warn, self.path)
+                yield from self._emit(whole, -1)
+            if batch is not None:  # the writer is still writing it: read it whole next time
+                offset, number = batch.start, batch.first_line - 1
         except OSError as exc:
             raise _os_error(self.path, "read", exc) from exc
         finally:
@@ -416,7 +508,7 @@ class JSONLStore:
         if not records:
             return
         self._check_still_there(fd)
-        data = "".join(dumps(r) + "\n" for r in records).encode("utf-8")
+        data = _batch_lines(records)
         self._repair_tail(fd)
         size = self._size
         read_to_end = self._read_offset == size
