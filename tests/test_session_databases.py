@@ -563,6 +563,48 @@ def test_a_lease_that_runs_out_during_a_prepare_is_reported(server: str) -> None
             session.prepare()
 
 
+def test_aprepare_leaves_the_event_loop_free_while_the_database_is_slow(server: str) -> None:
+    # Store calls ran on the loop (and retried an outage with time.sleep): every other task stood still.
+    from agentcontext.engine import ContextEngine
+    from agentcontext.testing import WordCounter
+
+    engine = ContextEngine(window=900, reserve=100, counter=WordCounter(), truncator=None)
+    with Session.open(with_session(server, unique("loop")), engine=engine) as session:
+        _tool_steps(session, 14)
+        ticked = threading.Event()
+        blocked: list[str] = []
+        store = session.store
+
+        def slow(name: str) -> object:
+            real = getattr(store, name)
+
+            def call(*args: object, **kwargs: object) -> object:
+                # As a server that takes its time: the loop must run meanwhile (its ticker sets the event).
+                ticked.clear()
+                if not ticked.wait(timeout=5):
+                    blocked.append(name)
+                return real(*args, **kwargs)
+
+            return call
+
+        for name in ("load", "append", "acquire_lease", "release_lease"):
+            setattr(store, name, slow(name))
+
+        async def main() -> None:
+            async def ticker() -> None:
+                while True:
+                    ticked.set()
+                    await asyncio.sleep(0.001)
+
+            tick = asyncio.create_task(ticker())
+            prepared = await session.aprepare()
+            tick.cancel()
+            assert prepared.report.compacted
+
+        asyncio.run(main())
+        assert blocked == []
+
+
 # ----------------------------------------------------------------------------- async
 
 

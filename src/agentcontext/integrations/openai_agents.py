@@ -53,6 +53,7 @@ items whatever the provider. Requires ``pip install 'agentcontext[openai-agents]
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import warnings
 from collections import OrderedDict
@@ -460,7 +461,8 @@ class AgentContextSession:
         async with self._lock():
             view = self.session.view
             previous = view[len(view) - 1].id if len(view) else None
-            self.session.extend(responses.to_messages(_dicts_of(items), previous_id=previous, unknown="keep"))
+            messages = responses.to_messages(_dicts_of(items), previous_id=previous, unknown="keep")
+            await asyncio.to_thread(self.session.extend, messages)  # a database write: not on the loop
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take back the most recent item: the view returns to before it, and the log keeps it.
@@ -476,19 +478,20 @@ class AgentContextSession:
                 return None
             items = responses.from_messages([view[n - 1]], validate=False)
             popped, rest = items[-1], items[:-1]
-            self.session.rewind(n - 1)
+            await asyncio.to_thread(self.session.rewind, n - 1)
             if rest:
                 previous = view[n - 2].id if n > 1 else None
                 with warnings.catch_warnings():
                     # Popping item by item can leave a reasoning item alone for a moment.
                     warnings.simplefilter("ignore", ConversionWarning)
-                    self.session.extend(responses.to_messages(rest, previous_id=previous, unknown="keep"))
+                    again = responses.to_messages(rest, previous_id=previous, unknown="keep")
+                await asyncio.to_thread(self.session.extend, again)
             return _items_of([popped])[0]
 
     async def clear_session(self) -> None:
         """Empty the view (`Session.clear`: recorded, the log keeps everything)."""
         async with self._lock():
-            self.session.clear()
+            await asyncio.to_thread(self.session.clear)
 
     # ------------------------------------------------------------------ per-call fitting
 
@@ -521,13 +524,16 @@ class AgentContextSession:
             # (the filter prepared that: the view plus the run's new items, the instructions and
             # the tools): `report=` says which request it was, and the prompt was the whole view,
             # as it is now (the SDK saves the input before the first call and a turn's items after it).
-            self.session.record_usage(
-                report=report,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                total_tokens=total_tokens,
-                cached_tokens=cached_tokens,
-                model=model,
+            await asyncio.to_thread(
+                functools.partial(
+                    self.session.record_usage,
+                    report=report,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    total_tokens=total_tokens,
+                    cached_tokens=cached_tokens,
+                    model=model,
+                )
             )
 
     # ------------------------------------------------------------------ bookkeeping
