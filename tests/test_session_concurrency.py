@@ -151,6 +151,31 @@ def test_appends_made_while_a_summary_is_awaited_stay_after_the_compaction(tmp_p
     session.close()
 
 
+def test_an_append_from_another_thread_does_not_wait_for_a_sync_prepare_s_summary(tmp_path: Path) -> None:
+    # prepare held the session's lock through the whole engine run: appends from other threads waited
+    # for the model's summary (1.7 s in a review).
+    appended = threading.Event()
+    waited: list[bool] = []
+
+    class Slow:
+        def summarize(self, request: SummaryRequest) -> str:
+            # Another thread appends meanwhile; the summary waits (at most 5 s) for that append to return.
+            if not waited:
+                threading.Thread(target=lambda: (session.append(late), appended.set())).start()
+                waited.append(not appended.wait(timeout=5))
+            return "the summary"
+
+    session = Session.open(tmp_path / "s.jsonl", engine=_engine(summarizer=Slow()), fsync="never")
+    _filled(session, 12)
+    late = Message(role="user", content="arrived while the summary was being written")
+    prepared = session.prepare()
+    assert waited == [False]  # the append went through while the summary was being written
+    assert prepared.report.compacted and late not in prepared.messages
+    assert session.view[-1] == late  # kept, after the compaction
+    _assert_restores_exactly(tmp_path / "s.jsonl", session)
+    session.close()
+
+
 def test_a_view_rewritten_while_a_summary_is_awaited_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     summarizer = _GatedSummarizer()
     session = Session.open(tmp_path / "s.jsonl", engine=_engine(summarizer=summarizer), fsync="never")

@@ -64,6 +64,7 @@ import contextlib
 import os
 import random
 import socket
+import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -207,6 +208,8 @@ class Session:
         self.recall_max_chars = recall_max_chars
         self._last_report: Report | None = None
         self._async_locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._prepare_lock = threading.Lock()
+        """Sync prepares take turns (the async ones take turns per loop, `_async_lock`)."""
 
     def _view_rewritten(self) -> None:
         """The view was replaced rather than extended: what was tied to the old one goes."""
@@ -592,20 +595,24 @@ class Session:
         )
 
     def _run(self, call: Callable[[SessionView, EngineState], Prepared]) -> Prepared:
-        """Run the engine on the view and adopt its result (see `prepare`)."""
-        with self._log.lock, self._leased():
-            self._log.check_writable()
+        """Run the engine on the view and adopt its result (see `prepare`).
+
+        Prepares take turns (`_prepare_lock`), but the session's own lock is held only to read the
+        view and to record the result: appends from other threads go on while the engine (a model's
+        summary) runs, and are kept after the compaction (`_adopt`); they waited for the summary.
+        """
+        with self._prepare_lock, self._leased():
             for race in range(_RACES):
-                if self._shared:
-                    self._log.catch_up()
-                before = self._log.view
-                prepared = call(before.snapshot(), self._engine_state)
+                before, state = self._begin()
+                prepared = call(before.snapshot(), state)
                 try:
-                    self._adopt(before, prepared)
+                    with self._log.lock:
+                        self._log.check_writable()
+                        self._adopt(before, prepared)
                 except ConcurrencyError:
                     if race == _RACES - 1:
                         raise
-                    continue  # the view was rewritten by another writer: prepare again from it
+                    continue  # the view was rewritten (another writer, another thread): prepare again from it
                 return prepared
         raise AssertionError("unreachable")  # pragma: no cover
 
