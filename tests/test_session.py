@@ -957,11 +957,28 @@ def test_a_damaged_line_is_skipped_and_the_rest_restores(tmp_path: Path) -> None
     lines = path.read_text().splitlines()
     lines[3] = lines[3][: len(lines[3]) // 2]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.warns(CorruptRecordWarning, match="line 4"):
+    with pytest.warns(CorruptRecordWarning) as caught:
         s = Session.open(path)
+    said = [str(w.message) for w in caught]
+    assert any("line 4" in m for m in said)  # the damaged line, and what its loss means for the log
+    assert any("seq 3 of the log are missing before line 5" in m for m in said), said
     assert [m.text for m in s.view] == ["m0", "m1", "m3", "m4"]
     s.append(Message(role="user", content="m5"))  # and it goes on
     assert s.last_seq == 6
+    s.close()
+
+
+def test_records_lost_from_the_middle_of_a_log_are_named_not_passed_over(tmp_path: Path) -> None:
+    # A stray delete or an evicting cache left a gap: the view lost messages without a word.
+    path = tmp_path / "run.jsonl"
+    with Session.open(path) as s:
+        for i in range(8):
+            s.append(Message(role="user", content=f"m{i}"))
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:4] + lines[7:]) + "\n")  # seqs 4-6 gone, whole lines
+    with pytest.warns(CorruptRecordWarning, match="seqs 4-6 of the log are missing before line 5"):
+        s = Session.open(path)
+    assert [m.text for m in s.view] == ["m0", "m1", "m2", "m6", "m7"]
     s.close()
 
 

@@ -192,6 +192,13 @@ class SessionState:
                     f"seq {next_seq}; the record is skipped"
                 )
                 return None
+            # Records lost to damage, a stray delete or an evicting cache: the log goes on after them,
+            # and what they held (messages, a compaction) is missing from the view. Said, not passed over.
+            missing = f"seq {self.seq + 1}" if seq == self.seq + 2 else f"seqs {self.seq + 1}-{seq - 1}"
+            corrupt.warn(
+                f"{self.store.location}: {missing} of the log are missing before {where}; the records after "
+                "the gap are applied without them"
+            )
         try:
             record = _serde.decode_record(data, where=where)
         except RecordDecodeError as exc:
