@@ -338,8 +338,27 @@ def test_error_text_is_retried_then_rejected(oai: LLMServer, text: str) -> None:
 
 def test_a_200_html_page_is_not_a_summary(oai: LLMServer) -> None:
     oai.script(Reply(raw=b"<html><body>Welcome to nginx!</body></html>", content_type="text/html"))
-    with pytest.raises(SummarizerError, match=r"/chat/completions: the reply is not JSON: <html>.*base_url"):
+    with pytest.raises(
+        SummarizerError,
+        match=r"/chat/completions: the reply is not JSON \(not retried: is base_url.*\): <html>",
+    ):
         _summarizer("openai", oai.url).summarize(_request())
+
+
+def test_a_streamed_or_cut_reply_says_so_before_its_snippet(oai: LLMServer) -> None:
+    # The cause came after a 300-character snippet and was cut off with it in the report.
+    chunk = (
+        b'data: {"id": "c", "object": "chat.completion.chunk", "choices": [{"delta": {"content": "x"}}]}\n\n'
+    )
+    oai.script(Reply(raw=chunk * 20, content_type="text/event-stream"))
+    with pytest.raises(SummarizerError) as streamed:
+        _summarizer("openai", oai.url).summarize(_request())
+    assert "the server streamed its reply" in str(streamed.value)[:200]
+    body = json.dumps(openai_ok(snapshot("x")).body).encode()
+    oai.script(Reply(raw=body[: len(body) // 2]))
+    with pytest.raises(SummarizerError) as cut:
+        _summarizer("openai", oai.url).summarize(_request())
+    assert f"JSON ends unfinished after {len(body) // 2:,} bytes" in str(cut.value)[:200]
 
 
 @pytest.mark.parametrize("text", REAL_SUMMARIES)

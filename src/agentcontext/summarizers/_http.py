@@ -160,7 +160,21 @@ class HttpResponse:
         try:
             value: JSONValue = json.loads(self.body)
         except ValueError as exc:
-            raise SummarizerError(f"the reply is not JSON: {_snippet(self.body)}") from exc
+            # What it is comes first: the snippet is cut, and what follows it was lost with it.
+            streamed = "text/event-stream" in self.headers.get(
+                "content-type", ""
+            ) or self.body.lstrip().startswith(b"data:")
+            if streamed:
+                what = "the server streamed its reply (server-sent events) though the request asked for none"
+            elif isinstance(exc, json.JSONDecodeError) and (
+                exc.msg.startswith("Unterminated") or exc.pos >= len(self.body.rstrip())
+            ):
+                what = (
+                    f"the reply's JSON ends unfinished after {len(self.body):,} bytes (cut short on the way)"
+                )
+            else:
+                what = "the reply is not JSON"
+            raise SummarizerError(f"{what}: {_snippet(self.body)}") from exc
         return value
 
 

@@ -486,8 +486,10 @@ class LLMSummarizerBase:
         try:
             return response.json()
         except SummarizerError as exc:
+            what, _, snippet = str(exc).partition(": ")
             raise SummarizerError(
-                f"{self.endpoint}: {exc} (not retried: is base_url the API root of a {type(self).__name__} endpoint?)"
+                f"{self.endpoint}: {what} (not retried: is base_url the API root of a {type(self).__name__} "
+                f"endpoint?): {snippet}"
             ) from exc
 
     def accept(self, text: str, *, reasoned: bool = False) -> str:
