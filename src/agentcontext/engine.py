@@ -602,10 +602,10 @@ class ContextEngine:
         if self._summary_skips > 0:
             with self._stats_lock:
                 self._summary_skips -= 1
-                left = self._summary_skips
+                skips = self._summary_skips
             raise SummarizerBackoff(
                 f"the summarizer failed {self._summary_failures} time(s) in a row; it is asked again after "
-                f"{left} more summar{'y' if left == 1 else 'ies'} (backoff)"
+                f"{skips} more summar{'y' if skips == 1 else 'ies'} (backoff)"
             )
         if deadline is not None:
             left = deadline - time.monotonic()
