@@ -606,9 +606,7 @@ class Session:
                 before, state = self._begin()
                 prepared = call(before.snapshot(), state)
                 try:
-                    with self._log.lock:
-                        self._log.check_writable()
-                        self._adopt(before, prepared)
+                    self._finish(before, prepared, pause=True)
                 except ConcurrencyError:
                     if race == _RACES - 1:
                         raise
@@ -628,7 +626,8 @@ class Session:
                 before, state = await self._off_loop(self._begin)
                 prepared = await call(before.snapshot(), state)
                 try:
-                    await self._off_loop(self._finish, before, prepared)
+                    # Paused between lost races only off the loop, where sleeping blocks no one.
+                    await self._off_loop(self._finish, before, prepared, self._shared)
                 except ConcurrencyError:
                     if race == _RACES - 1 or not self._shared:
                         raise
@@ -644,11 +643,11 @@ class Session:
                 self._log.catch_up()
             return self._log.view, self._engine_state
 
-    def _finish(self, before: ViewState, prepared: Prepared) -> None:
+    def _finish(self, before: ViewState, prepared: Prepared, pause: bool) -> None:
+        """Record the engine's result on ``before`` (`_adopt`), pausing between lost races with ``pause``."""
         with self._log.lock:
             self._log.check_writable()
-            # Paused between lost races only off the loop (`_off_loop`), where sleeping blocks no one.
-            self._adopt(before, prepared, pause=self._shared)
+            self._adopt(before, prepared, pause=pause)
 
     async def _off_loop(self, work: Callable[..., _T], *args: object) -> _T:
         """``work(*args)`` in a worker thread on a shared store (database round trips), else on the loop."""
