@@ -24,6 +24,10 @@ if _TESTS not in sys.path:
 def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
     import _background
 
+    # Under pytest-xdist every worker collects every test: none starts mypy ahead (the one that runs its
+    # test starts it then, while the other worker goes on with the rest).
+    if hasattr(config, "workerinput"):
+        return
     if any(getattr(item, "originalname", None) == _background.MYPY_TEST for item in items):
         _background.start_mypy(config)  # type: ignore[arg-type]
 

@@ -30,7 +30,7 @@ def test_readme_opens_with_the_two_commands_ci_runs() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert lines[2] == "```bash"
     assert lines[3].startswith("pip install -e '.[all]' && agentcontext replay examples/")
-    assert lines[4] == "pip install -e '.[dev]' && python -m pytest -q"
+    assert lines[4] == "pip install -e '.[dev]' && python -m pytest -q -n 2"
     assert "README.md" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
