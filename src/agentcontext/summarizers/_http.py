@@ -155,8 +155,9 @@ class HttpResponse:
     complete: bool = True
     """False when the driver abandoned the body at its byte cap (``body`` is then the part read)."""
 
-    def json(self) -> JSONValue:
-        """The body parsed as JSON (raises `SummarizerError` when it is not JSON)."""
+    def json(self, *, where: str = "", hint: str = "") -> JSONValue:
+        """The body parsed as JSON; when it is not JSON, `SummarizerError` says what it is, then
+        ``where`` it came from and the caller's ``hint`` in that order, then a snippet of it."""
         try:
             value: JSONValue = json.loads(self.body)
         except ValueError as exc:
@@ -174,7 +175,8 @@ class HttpResponse:
                 )
             else:
                 what = "the reply is not JSON"
-            raise SummarizerError(f"{what}: {_snippet(self.body)}") from exc
+            head = f"{where}: {what}" if where else what
+            raise SummarizerError(f"{head}{f' ({hint})' if hint else ''}: {_snippet(self.body)}") from exc
         return value
 
 

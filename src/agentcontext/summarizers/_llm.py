@@ -483,14 +483,10 @@ class LLMSummarizerBase:
 
     def payload(self, response: HttpResponse) -> JSONValue:
         """A 2xx reply's JSON body (raises `SummarizerError` naming the endpoint when it is not JSON)."""
-        try:
-            return response.json()
-        except SummarizerError as exc:
-            what, _, snippet = str(exc).partition(": ")
-            raise SummarizerError(
-                f"{self.endpoint}: {what} (not retried: is base_url the API root of a {type(self).__name__} "
-                f"endpoint?): {snippet}"
-            ) from exc
+        return response.json(
+            where=self.endpoint,
+            hint=f"not retried: is base_url the API root of a {type(self).__name__} endpoint?",
+        )
 
     def accept(self, text: str, *, reasoned: bool = False) -> str:
         """``text`` without reasoning blocks, if it is a usable summary, else raise.
