@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -112,7 +113,9 @@ def lease_holder(url: str, owner: str, ttl: float, out: str) -> None:
     store = open_store(url)
     store.open(create=True)
     taken = store.acquire_lease(owner, ttl)  # type: ignore[attr-defined]
-    Path(out).write_text("leased" if taken else "refused")
+    # Written whole, then renamed: the test polls for the file while this process lives.
+    Path(out + ".tmp").write_text("leased" if taken else "refused")
+    os.replace(out + ".tmp", out)
     while True:
         time.sleep(60)
 
