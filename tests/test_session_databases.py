@@ -371,6 +371,84 @@ def test_an_unreachable_server_is_a_clear_error_after_the_retries(kind: str) -> 
     assert "running" in str(info.value)
 
 
+def test_a_redis_session_that_lost_keys_is_refused_never_started_over() -> None:
+    # Under an allkeys-* maxmemory-policy Redis evicts any key: a session's records, or its meta. Such a
+    # session used to open empty (or as a new one) without a word, and writes went on at seq 0.
+    need("redis")
+    import redis
+
+    with redis_prefix() as server:
+        client = redis.Redis.from_url(REDIS_URL)
+        prefix = server.split("?prefix=")[1]
+        try:
+            url = with_session(server, "evicted")
+            worker = Session.open(url)
+            worker.append(Message(role="user", content="the task"))
+            worker.append(Message(role="assistant", content="on it"))
+            client.delete(f"{prefix}:{{evicted}}:records")
+            for create in (True, False):
+                with pytest.raises(
+                    StoreError, match="says 3 records were written but its records hash is gone"
+                ):
+                    open_store(url).open(create=create)
+            with pytest.raises(StoreError, match="maxmemory-policy to noeviction") as info:
+                worker.append(Message(role="user", content="next"))  # a worker that had it open
+            assert not isinstance(info.value, (ConcurrencyError, SessionNotFoundError))
+            assert client.exists(f"{prefix}:{{evicted}}:records") == 0  # nothing written at seq 3
+            worker.close()
+
+            url = with_session(server, "metaless")
+            with Session.open(url) as s:
+                s.append(Message(role="user", content="the task"))
+            client.delete(f"{prefix}:{{metaless}}:meta")
+            with pytest.raises(StoreError, match="meta hash .* is gone while its records"):
+                Session.open(url)
+            assert client.exists(f"{prefix}:{{metaless}}:meta") == 0  # not started over
+            client.delete(f"{prefix}:{{metaless}}:records")  # both gone: the listing still knows it
+            with pytest.raises(StoreError, match="damaged"):
+                open_store(url).open(create=True)
+        finally:
+            client.close()
+
+
+def test_redis_eviction_is_warned_of_at_init_and_an_evicted_session_is_refused() -> None:
+    need("redis")
+    import redis
+
+    from db_servers import PrivateRedis
+
+    with PrivateRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        db = open_database(server.url)
+        done = db.init()
+        db.close()
+        assert any("maxmemory-policy is allkeys-lru" in line and "noeviction" in line for line in done), done
+        url = with_session(server.url, "busy")
+        with Session.open(url) as s:
+            for i in range(20):
+                s.append(Message(role="user", content=f"step {i} " + "x" * 2_000))
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", used + 2_000_000)
+        keys = ["agentcontext:{busy}:meta", "agentcontext:{busy}:records"]
+        filler = "f" * 100_000
+        for n in range(400):  # real eviction: fill the server while other sessions keep the shared keys warm
+            client.set(f"filler:{n}", filler)
+            client.get("agentcontext:version")
+            client.zscore("agentcontext:sessions", "busy")
+            if client.exists(*keys) < 2:
+                break
+        assert client.exists(*keys) < 2, "nothing was evicted"
+        client.config_set("maxmemory", 0)
+        with pytest.raises(StoreError, match="damaged|db init"):
+            Session.open(url)
+        assert (
+            client.exists("agentcontext:{busy}:meta") == 0
+            or client.hget("agentcontext:{busy}:meta", "last_seq") == b"20"
+        )  # never started over at -1
+        client.close()
+
+
 # ----------------------------------------------------------------------------- two workers, one session
 
 

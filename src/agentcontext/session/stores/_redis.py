@@ -46,21 +46,32 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 _SCRIPTS = {
-    # KEYS: meta, sessions. ARGV: session id. Creates the session if it is not there.
-    "create": _NOW
+    # KEYS: meta, records, sessions. ARGV: session id, 1 to create the session if it is not there.
+    # Returns 1 open, 0 no session, -1 records or a listing without the meta, -2 meta without its
+    # records (keys evicted under an allkeys-* maxmemory-policy, or deleted by hand: never started over).
+    "open": _NOW
     + """
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local last = redis.call('HGET', KEYS[1], 'last_seq')
+if not last then
+  if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
+  if ARGV[2] ~= '1' then return 0 end
   redis.call('HSET', KEYS[1], 'last_seq', -1, 'created', now, 'updated', now, 'backups', 0)
-  redis.call('ZADD', KEYS[2], now, ARGV[1])
+  redis.call('ZADD', KEYS[3], now, ARGV[1])
+  return 1
 end
+if tonumber(last) >= 0 and redis.call('EXISTS', KEYS[2]) == 0 then return -2 end
 return 1
 """,
     # KEYS: meta, records, sessions. ARGV: session id, expected seq, bodies...
-    # Returns {0, last} written, {1, last} lost the race, {2, -1} no session.
+    # Returns {0, last} written, {1, last} lost the race, {2, -1} no session, {3, last} records lost.
     "append": """
 local last = redis.call('HGET', KEYS[1], 'last_seq')
-if not last then return {2, -1} end
+if not last then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {3, -1} end
+  return {2, -1}
+end
 last = tonumber(last)
+if last >= 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {3, last} end
 local expected = tonumber(ARGV[2])
 if last + 1 ~= expected then return {1, last} end
 local n = #ARGV - 2
@@ -299,7 +310,7 @@ def _version_op(keys: _Keys, location: str, prefix: str) -> _Op[int]:
         raise StoreNotInitializedError(
             f"{location} holds no agentcontext data under prefix {prefix!r}; set it up once with "
             f"`agentcontext db init '{location}'` (a Redis server without persistence loses it, sessions "
-            "included, at every restart)"
+            "included, at every restart, and one with an allkeys-* maxmemory-policy may evict it)"
         )
     version = int(cast(bytes, raw))
     if version > KEYS_VERSION:
@@ -308,6 +319,21 @@ def _version_op(keys: _Keys, location: str, prefix: str) -> _Op[int]:
             "upgrade agentcontext"
         )
     return version
+
+
+def _keys_lost(location: str, last: int) -> StoreError:
+    """The error for a session missing one of its keys: ``last`` is -1 when its meta is gone, else the
+    last seq its meta names while its records are gone."""
+    if last < 0:
+        what = "its meta hash (last seq, created) is gone while its records or its listing are there"
+    else:
+        what = f"its meta hash says {last + 1} records were written but its records hash is gone"
+    return StoreError(
+        f"{location}: the session is damaged: {what}. Redis evicts keys under an allkeys-* maxmemory-policy "
+        "(or they were deleted by hand). Nothing was written and the session was not started over; set "
+        "maxmemory-policy to noeviction (`agentcontext db init` checks it), then restore the keys from a "
+        "backup or delete the session"
+    )
 
 
 def _map_error(location: str, exc: redis.RedisError) -> StoreError:

@@ -29,6 +29,10 @@ test runs can share a server::
   init`` says when the server has none. A server restarted without persistence
   comes back empty, and opening a session then fails with
   `StoreNotInitializedError` instead of silently starting over.
+- **Keys must not be evicted** (``maxmemory-policy noeviction``; ``db init`` warns
+  of an ``allkeys-*`` policy). A session that lost its records, or its meta while
+  its records or its listing remain, is refused on open and on append
+  (`StoreError`), never started over.
 
 Standalone Redis (or a Sentinel-managed primary) only: the scripts touch the
 shared ``sessions`` key beside a session's own, which Redis Cluster forbids.
@@ -82,6 +86,7 @@ from ._redis import (
     _drive,
     _int_seq,
     _Keys,
+    _keys_lost,
     _map_error,
     _ms,
     _Op,
@@ -319,14 +324,15 @@ class RedisStore:
     def _open_op(self, *, create: bool) -> _Op[None]:
         k = self._keys
         yield from _version_op(k, self.location.rsplit("#", 1)[0], self.prefix)
-        if create and not self._read_only:
-            yield _Script("create", (k.meta, k.sessions), (self.session_id,))
-            return
-        exists = yield _Cmd("EXISTS", (k.meta,))
-        if not exists:
+        create = create and not self._read_only
+        status = yield _Script("open", (k.meta, k.records, k.sessions), (self.session_id, int(create)))
+        if int(cast(int, status)) == 0:
             raise SessionNotFoundError(
                 f"no session {self.session_id!r} in {self._server} (prefix {self.prefix!r})"
             )
+        if int(cast(int, status)) < 0:
+            last = yield _Cmd("HGET", (k.meta, "last_seq"))
+            raise _keys_lost(self.location, -1 if last is None else int(cast(bytes, last)))
 
     def _last_op(self) -> _Op[int]:
         raw = yield _Cmd("HGET", (self._keys.meta, "last_seq"))
@@ -347,6 +353,8 @@ class RedisStore:
                 "append", (k.meta, k.records, k.sessions), (self.session_id, expected, *bodies)
             )
             status, last = (int(x) for x in cast("list[int]", reply))
+        if status == 3:
+            raise _keys_lost(self.location, last)
         if status == 2:
             raise SessionNotFoundError(
                 f"{self.location}: the session was deleted while this store had it open; nothing was written"
@@ -572,8 +580,17 @@ class RedisDatabase:
             persistence = cast("dict[str, object]", client.info("persistence"))
             try:
                 saves = cast("dict[str, object]", client.config_get("save"))
+                policy = str(
+                    cast("dict[str, object]", client.config_get("maxmemory-policy")).get("maxmemory-policy")
+                )
             except redis.ResponseError:  # CONFIG is often disabled on managed servers: no warning then
-                saves = {"save": "unknown"}
+                saves, policy = {"save": "unknown"}, "unknown"
+            if policy.startswith("allkeys"):
+                done.append(
+                    f"warning: this Redis server's maxmemory-policy is {policy}: when it is full it evicts any "
+                    "key, a session's records included; set maxmemory-policy noeviction (a session that lost "
+                    "keys is refused when opened, never started over)"
+                )
             if not persistence.get("aof_enabled") and not saves.get("save"):
                 done.append(
                     "warning: this Redis server has no persistence (appendonly no, no save points): a restart "
