@@ -489,6 +489,38 @@ def test_a_write_that_keeps_losing_races_catches_up_and_lands(server: str) -> No
         assert [m.content for m in a.view] == [m.content for m in b.view]
 
 
+def test_usage_for_a_prompt_another_worker_compacted_away_does_not_inflate_tokens(server: str) -> None:
+    # Worker a prepares and calls the model; meanwhile b compacts the session. a's usage is for the
+    # long prompt it sent: anchored to b's compacted view, `tokens` read several times the view's size,
+    # and the next prepare compacted again for nothing.
+    from agentcontext import ContextEngine
+    from agentcontext.testing import WordCounter
+
+    def engine() -> ContextEngine:
+        return ContextEngine(window=4_000, reserve=100, counter=WordCounter(), truncator=None)
+
+    url = with_session(server, unique("usage"))
+    with Session.open(url, engine=engine()) as a, Session.open(url, engine=engine()) as b:
+        a.append(Message(role="user", content="the task"))
+        for i in range(12):
+            a.append(Message(role="assistant", content=f"step {i} " + "word " * 100))
+            a.append(Message(role="user", content=f"go on {i}"))
+        sent = a.prepare()
+        assert not sent.report.compacted  # 1,300 words in a 3,900-word budget
+        b.reload()
+        b.compact(budget=500)
+        a.record_usage(prompt_tokens=1_310)  # loses its race, reads b's compaction, then lands
+        counted = WordCounter().count_messages(a.view)
+        assert counted < 600 and a.tokens == counted
+        assert a.last_usage is not None and not a.last_usage.prompt_in_view
+        assert a.usage_totals.prompt_tokens == 1_310  # the usage itself is kept
+        b.reload()
+        assert b.tokens == counted  # every worker reads the record the same way
+        a.prepare()
+        a.record_usage(prompt_tokens=counted + 5)  # the next prompt is the view again: it anchors
+        assert a.tokens == counted + 5 and a.last_usage is not None and a.last_usage.prompt_in_view
+
+
 def test_a_write_that_loses_races_for_too_long_says_to_reload(
     server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -68,6 +68,10 @@ class UsageRecord:
     model: str | None = None
     view_len: int
     """How many messages of the view the prompt covered (the view length at the last prepare)."""
+    prompt_in_view: bool = True
+    """False when another worker rewrote the view (a compaction, a revert) after the prepare this usage
+    answers: the prompt is no longer a prefix of the view, so ``prompt_tokens`` says nothing of the view's
+    size and `Session.tokens` counts the view instead."""
 
 
 @record_type("checkpoint")

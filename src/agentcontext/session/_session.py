@@ -203,6 +203,8 @@ class Session:
         # length the engine last returned (what a usage record covers).
         self._engine_state = EngineState.new()
         self._prepared_len: int | None = None
+        self._prompt_gone = False
+        """Another worker rewrote the view since this one's last prepare: its prompt is not the view's."""
         self._counter = counter if counter is not None else (engine.counter if engine is not None else None)
         self._artifacts: ArtifactStore = artifacts if artifacts is not None else store.default_artifacts()
         self.recall_max_chars = recall_max_chars
@@ -213,6 +215,10 @@ class Session:
 
     def _view_rewritten(self) -> None:
         """The view was replaced rather than extended: what was tied to the old one goes."""
+        # Read from another worker (while catching up) after a prepare here, the rewrite leaves the prompt
+        # this worker sent tied to no view: its usage must not say how large this view is. A rewrite of
+        # this worker's own (a revert) starts over: a usage without a prepare covers the whole view.
+        self._prompt_gone = self._log.replaying and (self._prompt_gone or self._prepared_len is not None)
         self._engine_state = EngineState.new()
         self._prepared_len = None
         self._last_report = None  # the prompt it came from is no longer the view's
@@ -780,6 +786,7 @@ class Session:
         # Taken only now: a failed write above leaves the engine state as it was with the view.
         self._engine_state = prepared.state
         self._prepared_len = prepared.state.length
+        self._prompt_gone = False
         self._last_report = prepared.report
 
     def reload(self) -> int:
@@ -809,7 +816,9 @@ class Session:
         without a prepare since the session was opened or reverted, the whole
         view now: then call this before appending the reply). From here on,
         `tokens` is ``prompt_tokens`` plus the counted tokens of every message
-        appended since. The engine learns from it too (`ContextEngine.record_usage`:
+        appended since; when another worker rewrote the view (a compaction, a revert)
+        after the prepare, the prompt is not the view's, and `tokens` counts the view
+        (the usage is kept in `usage_totals`). The engine learns from it too (`ContextEngine.record_usage`:
         an engine counting by estimate corrects its counts with it) when this usage
         is the reply to the session's last `prepare`.
 
@@ -847,6 +856,7 @@ class Session:
                     covered = min(self._prepared_len, covered)
                 return [
                     UsageRecord(
+                        prompt_in_view=report is not None or not self._prompt_gone,
                         seq=seq,
                         ts=_now(),
                         prompt_tokens=prompt_tokens,
@@ -860,6 +870,7 @@ class Session:
 
             self._commit(records)
             self._last_report = None
+            self._prompt_gone = False
         if sent is not None and self._engine is not None:
             # Never raises (logged): an engine's failure must not undo the record just written.
             feed_usage(self._engine, sent, prompt_tokens)

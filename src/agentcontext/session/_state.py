@@ -332,7 +332,9 @@ class SessionState:
         )
         self.usage = record
         self.token_anchor = (
-            (record.view_len, record.prompt_tokens) if record.view_len <= self.view.length else None
+            (record.view_len, record.prompt_tokens)
+            if record.prompt_in_view and record.view_len <= self.view.length
+            else None
         )
         self.token_memo = None
 
