@@ -120,6 +120,36 @@ def test_masking_replaces_old_results_with_a_placeholder_naming_tool_size_and_re
     assert check_messages(out) == []
 
 
+def test_a_masked_result_keeps_how_a_failed_command_or_a_test_run_ended() -> None:
+    # The error an agent must not repeat was lost with the output (0 of 6 last errors kept by the LLM
+    # pipeline at half a window, `bench_probes`); a listing that ended well says nothing worth keeping.
+    noise = "\n".join(f"  frame {i} in helper_{i}" for i in range(120))
+    outputs = [
+        f"Traceback (most recent call last):\n{noise}\nModuleNotFoundError: No module named 'pytz'",
+        f"{noise}\n===== 2 failed, 40 passed in 3.21s =====",
+        f"{noise}\nall good",
+        "step 4 output " * 50,
+    ]
+    msgs = [Message(role="user", content="fix the failing test")]
+    for i, text in enumerate(outputs):
+        cmd = "python -m pytest tests" if i == 1 else f"python run_{i}.py"
+        msgs.append(
+            Message(
+                role="assistant",
+                tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"cmd": cmd})),),
+            )
+        )
+        msgs.append(Message(role="tool", tool_call_id=f"c{i}", content=text))
+    out = (
+        MaskObservations(keep_recent=1, clear_at_least=0).compact(msgs, ctx(budget=4000, target=100)).messages
+    )
+    error, tests, fine = (m.text for m in out if m.role == "tool" and m.metadata.get("agentcontext"))
+    assert "It ended: ModuleNotFoundError: No module named 'pytz'." in error
+    assert "It ended: 2 failed, 40 passed." in tests and "3.21s" not in tests
+    assert "ended" not in fine and "all good" not in fine
+    assert all(COUNTER.count_message(m) < 40 for m in out[1:] if m.metadata.get("agentcontext"))
+
+
 def test_notes_promise_a_recall_only_when_one_can_be_served() -> None:
     msgs = agent_run(steps=8, output_words=200)
     for recallable in (True, False):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..compaction import Action, ActionKind, MessageKind, is_observation, marker
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
+from ..summarizers._commands import cut, failed, outcome, test_summary
 from ._base import CompactionContext, CompactionResult, PureStrategy, newest_call
 
 __all__ = ["MaskObservations", "ShortenArguments", "masked_placeholder"]
@@ -25,17 +26,28 @@ def _recall_ref(message: Message) -> str:
     return f"message:{message.id}"
 
 
-def masked_placeholder(*, tool: str, tokens: int, lines: int, ref: str | None) -> str:
+def masked_placeholder(
+    *, tool: str, tokens: int, lines: int, ref: str | None, ended: str | None = None
+) -> str:
     """The text that replaces a masked tool result.
 
-    It names the tool, the original size and the recall reference, so the model
-    knows something was there and how to get it back (a bare "content
-    compressed" placeholder says none of this; Claude Code's microcompact says nothing).
+    It names the tool, the original size, how a failed command or a test run ended
+    (``ended``: its exit code, test counts and last error line) and the recall
+    reference, so the model knows something was there, what went wrong without
+    recalling it, and how to get it back (a bare "content compressed" placeholder
+    says none of this; Claude Code's microcompact says nothing, and neither keeps
+    the error an agent must not repeat).
     """
     recall = f" Recall the full output with ref {ref}." if ref else ""
-    return (
-        f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines).{recall}]"
-    )
+    how = f" It ended: {ended}." if ended else ""
+    return f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines).{how}{recall}]"
+
+
+def _ended(text: str, command: str) -> str | None:
+    """How a tool output ended when that matters later: a failure or a test run; None otherwise."""
+    if not failed(text) and test_summary(text, command=command) is None:
+        return None
+    return cut(outcome(text, "en", command=command), 200)
 
 
 def _shorten_strings(value: JSONValue, max_chars: int) -> tuple[JSONValue, int]:
@@ -154,8 +166,14 @@ class MaskObservations(PureStrategy):
                 continue
             text = m.text
             ref = _recall_ref(m)
+            issued = calls.get(m.tool_call_id or "") if m.role == "tool" else None
+            call = issued[1] if issued is not None else None
             placeholder = masked_placeholder(
-                tool=tool, tokens=counts[i], lines=text.count("\n") + 1, ref=ref if ctx.recallable else None
+                tool=tool,
+                tokens=counts[i],
+                lines=text.count("\n") + 1,
+                ref=ref if ctx.recallable else None,
+                ended=_ended(text, f"{call.name} {call.arguments}" if call is not None else ""),
             )
             new = m.evolve(
                 content=placeholder,
