@@ -599,6 +599,21 @@ def test_reprompt_lists_the_missing_identifiers_and_keeps_the_better_summary() -
     assert "src/pkg/mod0.py" in summary.text
 
 
+def test_a_reprompt_that_lost_an_error_the_first_summary_kept_is_not_taken() -> None:
+    # Room for the listed identifiers is taken from something: here, the error the first attempt kept.
+    msgs = agent_run(8)
+    first = "Round 0 ended with FAILED tests/test_mod0.py - ValueError: bad 0"
+    answers = iter([first, "fixed src/pkg/mod0.py src/pkg/mod1.py ValueError tests/test_mod0.py"])
+    result, requests = drive(
+        Summarize(ledger="none", reprompt_missing=True), msgs, ctx_for(msgs), lambda r: next(answers)
+    )
+    assert len(requests) == 2
+    summary = next(m for m in result.messages if kind(m) == "summary")
+    assert summary_text(summary).startswith(first + "\n")
+    (action,) = result.actions
+    assert "a second attempt kept 2 more identifier(s) but lost 1 error or test line(s)" in action.reason
+
+
 def test_a_failed_reprompt_keeps_the_first_summary() -> None:
     msgs = agent_run(8)
     answers: list[str | Exception] = ["first try", SummarizerError("down")]

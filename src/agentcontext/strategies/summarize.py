@@ -55,6 +55,7 @@ from ..exceptions import (
     UnusableSummaryError,
 )
 from ..messages import Message, ToolCall, derive_id, safe_split_points, without_surrogates
+from ..summarizers._commands import error_lines, test_summary
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
 from ..summarizers._render import BRIEF_QUOTE, shorten
@@ -575,6 +576,7 @@ class Summarize:
             msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age, asked
         )
         missing = result[2]
+        second_note = ""
         if missing and self.reprompt_missing and age is None:
             listed = ", ".join(missing[:100])
             note = (
@@ -600,7 +602,17 @@ class Summarize:
             except Exception:  # the first summary stands
                 retry = None
             if retry is not None and len(retry[2]) < len(missing):
-                result = retry
+                # Room for the identifiers is taken from something: a second attempt that lost an error
+                # or a test result the first one kept is worse for the agent, whatever its count.
+                outcomes = _outcomes(items)
+                lost = _kept(result[1].text, outcomes) - _kept(retry[1].text, outcomes)
+                if lost:
+                    second_note = (
+                        f"; a second attempt kept {len(missing) - len(retry[2])} more identifier(s) but lost "
+                        f"{len(lost)} error or test line(s) the first kept, so the first stands"
+                    )
+                else:
+                    result = retry
         out, summary, missing, ack, quoted = result
         actions = [
             self._summarized(
@@ -617,6 +629,7 @@ class Summarize:
                 ctx,
                 failed,
                 quoted,
+                second_note,
             )
         ]
         if dropped:
@@ -695,6 +708,7 @@ class Summarize:
         ctx: CompactionContext,
         failed: SummaryFallback | None = None,
         quoted: tuple[int, int] = (0, 0),
+        second_note: str = "",
     ) -> Action:
         """The report of a summary: what it covers, what it kept, what it missed."""
         n = len(covered)
@@ -725,6 +739,7 @@ class Summarize:
                 if missing
                 else ""
             )
+            + second_note
         )
         return Action(
             kind="summarized",
@@ -963,6 +978,24 @@ def _left_out(request: str, summary: str) -> bool:
     if not words:
         return False
     return sum(1 for w in words if w in summary) * 2 < len(words)
+
+
+def _outcomes(items: Sequence[Message]) -> list[str]:
+    """How the span's tool outputs ended: each failed one's last error line, each test run's counts."""
+    found: dict[str, None] = {}
+    for m in items:
+        if m.role != "tool":
+            continue
+        for line in (*error_lines(m.text)[-1:], test_summary(m.text) or ""):
+            if line:
+                found[" ".join(line.split())[:60]] = None
+    return list(found)
+
+
+def _kept(text: str, lines: Sequence[str]) -> set[str]:
+    """The ``lines`` that ``text`` holds (whitespace aside)."""
+    flat = " ".join(text.split())
+    return {line for line in lines if line in flat}
 
 
 def _with_requests(
