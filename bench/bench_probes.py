@@ -31,6 +31,7 @@ Run from the repository root (about a minute per share for all methods)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -91,30 +92,26 @@ def suffix_baseline(msgs: Sequence[Msg], budget: int) -> list[Msg]:
 def tiers(
     *, summarize_first: bool, max_input_tokens: int | None = None, reprompt: bool = False
 ) -> Callable[[], dict[Level, Strategy]]:
-    """The engine's default tiers, in either order, with the summarizer's input limit and re-prompt set."""
-    from agentcontext.strategies import HardTruncate, MaskObservations, TokenBudget
+    """The engine's default pipelines (`default_pipelines`), in the offline order (summarize, then mask)
+    or the LLM order (mask, then summarize), with the summarizer's input limit and re-prompt set: the
+    same tiers in every other respect, so that a method measures the one setting it names."""
+    from agentcontext.strategies.pipeline import default_pipelines
+
+    llm_order = OpenAISummarizer(model="stand-in", base_url="http://127.0.0.1:9", api_key="x")
 
     def make() -> dict[Level, Strategy]:
-        def level(mask: Strategy, keep: float, last: Strategy) -> Tiered:
-            summarize = Summarize(
-                keep_recent=keep, max_input_tokens=max_input_tokens, reprompt_missing=reprompt
+        base = default_pipelines(summarizer=None if summarize_first else llm_order)
+        out: dict[Level, Strategy] = {}
+        for level, pipeline in base.items():
+            assert isinstance(pipeline, Tiered)
+            steps = tuple(
+                dataclasses.replace(t, max_input_tokens=max_input_tokens, reprompt_missing=reprompt)
+                if isinstance(t, Summarize)
+                else t
+                for t in pipeline.tiers
             )
-            order = (summarize, mask) if summarize_first else (mask, summarize)
-            return Tiered(tiers=(*order, last))
-
-        return {
-            Level.NORMAL: level(MaskObservations(keep_recent=3), 0.3, TokenBudget()),
-            Level.AGGRESSIVE: level(
-                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=400),
-                0.2,
-                TokenBudget(),
-            ),
-            Level.EMERGENCY: level(
-                MaskObservations(keep_recent=1, clear_at_least=0, shorten_arguments_over=200),
-                0.1,
-                HardTruncate(),
-            ),
-        }
+            out[level] = Tiered(tiers=steps, name=pipeline.name)
+        return out
 
     return make
 
