@@ -16,11 +16,13 @@ test result, every user instruction). Each method is compared on the same budget
   summarizer has no input limit);
 - ``budget-fill``, ``mask-fill``: the plain strategies (drop the oldest rounds; mask old tool results,
   then drop), filling the budget;
-- ``llm-fill``, ``llm-reprompt-fill``: the default pipeline with `OpenAISummarizer` against a loopback
-  server whose "model" writes an extractive summary of the prompt it gets (``standin_model.py``), so
-  the pipeline around an LLM summary is measured (masking first, the prompt, the merge, the
-  verification; and with ``reprompt_missing=True``, the identifier re-prompt); ``llm-sumfirst-fill``:
-  the same summarizer with the tiers in the offline order (summarize, then mask).
+- ``llm-fill``: the default pipeline of a one-shot fit (summarize, then mask) with `OpenAISummarizer`
+  against a loopback server whose "model" writes an extractive summary of the prompt it gets
+  (``standin_model.py``), so the pipeline around an LLM summary is measured (the prompt, the merge,
+  the verification); ``llm-sumfirst-fill``: the same, built from the default tiers;
+  ``llm-maskfirst-fill``: the tiers in a running agent's order with an LLM (mask, then summarize);
+  ``llm-reprompt-fill``: that order with ``reprompt_missing=True`` (the identifier re-prompt), so the
+  re-prompt is what differs from ``llm-maskfirst-fill``.
 
 Run from the repository root (about a minute per share for all methods)::
 
@@ -139,6 +141,7 @@ METHODS: dict[str, Method] = {
     "budget-fill": Method(pipelines=token_budget_pipelines),
     "mask-fill": Method(pipelines=mask_budget_pipelines),
     "llm-fill": Method(llm=True),
+    "llm-maskfirst-fill": Method(llm=True, pipelines=tiers(summarize_first=False)),
     "llm-reprompt-fill": Method(llm=True, pipelines=tiers(summarize_first=False, reprompt=True)),
     "llm-sumfirst-fill": Method(llm=True, pipelines=tiers(summarize_first=True)),
 }
