@@ -614,6 +614,29 @@ def test_a_reprompt_that_lost_an_error_the_first_summary_kept_is_not_taken() -> 
     assert "a second attempt kept 2 more identifier(s) but lost 1 error or test line(s)" in action.reason
 
 
+def test_the_report_says_which_user_requests_an_offline_summary_cut_or_left_out() -> None:
+    # Thirty long, unrelated questions (a chat), fitted into a fifth of their size: the offline summary
+    # lists each request briefly and drops the oldest for room. Both used to go unsaid.
+    msgs = [Message(role="system", content="You answer medical exam questions.")]
+    for k in range(30):
+        words = " ".join(f"finding{k}x{j}" for j in range(90))
+        msgs.append(Message(role="user", content=f"Case {k}: a patient presents with {words}. What is next?"))
+        msgs.append(Message(role="assistant", content=f"Answer {k}: " + "reasoning " * 60))
+    total = COUNTER.count_messages(msgs)
+    engine = ContextEngine(window=total // 5 + 500, reserve=500, counter=COUNTER, truncator=None)
+    prepared = engine.prepare(msgs, fill=True)
+    (action,) = [a for a in prepared.report.actions if a.kind == "summarized"]
+    said = re.search(
+        r"of the user's requests it covers, (\d+) quoted cut in the middle \(\[…\]\) and (\d+) not quoted for lack of room",
+        action.reason,
+    )
+    assert said is not None, action.reason
+    summary = next(m.text for m in prepared.messages if kind(m) == "summary")
+    covered = [m.text for m in msgs if m.id in action.message_ids and m.role == "user"]
+    assert int(said[1]) == sum(1 for r in covered if r[:24] in summary and r not in summary) > 0
+    assert int(said[2]) == sum(1 for r in covered if r[:24] not in summary) > 0
+
+
 def test_a_failed_reprompt_keeps_the_first_summary() -> None:
     msgs = agent_run(8)
     answers: list[str | Exception] = ["first try", SummarizerError("down")]

@@ -733,6 +733,11 @@ class Summarize:
                 if quoted[1]
                 else ""
             )
+            + (
+                _requests_cut(summary.text, [msgs[i].text for i in covered if is_user_request(msgs[i])])
+                if age is not None or ctx.offline_summaries
+                else ""
+            )
             + f"; identifiers kept {len(expected) - len(missing)}/{len(expected)}"
             + (
                 f"; missing: {', '.join(missing[:20])}" + (" …" if len(missing) > 20 else "")
@@ -978,6 +983,30 @@ def _left_out(request: str, summary: str) -> bool:
     if not words:
         return False
     return sum(1 for w in words if w in summary) * 2 < len(words)
+
+
+def _requests_cut(text: str, requests: list[str]) -> str:
+    """What an offline summary did to the user's ``requests`` it covers, for the report: how many it
+    quotes cut in the middle (``[…]``), and how many found no room even briefly ("" when all are whole).
+    A model's summary words them its own way (`_with_requests` checks what it left out)."""
+    flat = " ".join(text.split())
+    cut = absent = 0
+    for request in dict.fromkeys(" ".join(r.split()) for r in requests):
+        if not request or request in flat:
+            continue
+        if request[: BRIEF_QUOTE // 2] in flat:  # its start is quoted (a quote keeps at least a sentence)
+            cut += 1
+        else:
+            absent += 1
+    if not cut and not absent:
+        return ""
+    parts = [f"{cut} quoted cut in the middle ([…])"] if cut else []
+    parts += (
+        [f"{absent} not quoted for lack of room (recall the summary's messages to read them)"]
+        if absent
+        else []
+    )
+    return f"; of the user's requests it covers, {' and '.join(parts)}"
 
 
 def _outcomes(items: Sequence[Message]) -> list[str]:
