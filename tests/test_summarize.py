@@ -672,6 +672,13 @@ def test_a_chinese_conversation_gets_a_chinese_preamble() -> None:
     summary = next(m for m in result.messages if kind(m) == "summary")
     assert summary.text.startswith("[agentcontext：早前上下文摘要]")
     assert summary.metadata["agentcontext"]["language"] == "zh"  # type: ignore[index]
+    assert "the model wrote the summary" not in result.actions[0].reason
+    # A model that answered in English although the prompt asked for Chinese: the report says so.
+    result, _ = drive(Summarize(), msgs, ctx, fixed("The user asked to analyse problems; config checked."))
+    assert (
+        "the model wrote the summary in English, but the conversation is in Chinese"
+        in result.actions[0].reason
+    )
 
 
 def test_a_pinned_tool_result_is_never_summarized() -> None:

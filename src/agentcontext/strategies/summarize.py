@@ -736,7 +736,7 @@ class Summarize:
             + (
                 _requests_cut(summary.text, [msgs[i].text for i in covered if is_user_request(msgs[i])])
                 if age is not None or ctx.offline_summaries
-                else ""
+                else _wrong_language(summary)
             )
             + f"; identifiers kept {len(expected) - len(missing)}/{len(expected)}"
             + (
@@ -983,6 +983,26 @@ def _left_out(request: str, summary: str) -> bool:
     if not words:
         return False
     return sum(1 for w in words if w in summary) * 2 < len(words)
+
+
+_LANGUAGE_NAME: dict[Language, str] = {"en": "English", "zh": "Chinese"}
+
+
+def _wrong_language(summary: Message) -> str:
+    """For the report: a model's summary written in another language than the conversation's ("" if not).
+
+    The prompt names the language; a model may still answer in English, and the agent then tends to
+    answer the user in it. Judged on the model's own text, before any request quoted after it."""
+    meta = summary.metadata.get("agentcontext")
+    written = meta.get("language") if isinstance(meta, Mapping) else None
+    lang: Language | None = "en" if written == "en" else "zh" if written == "zh" else None
+    if lang is None:
+        return ""
+    own = summary_text(summary).split(f"\n\n{_REQUESTS_LEFT_OUT[lang]}\n", 1)[0]
+    wrote = detect_language([Message(role="assistant", content=own)])
+    if wrote == lang:
+        return ""
+    return f"; the model wrote the summary in {_LANGUAGE_NAME[wrote]}, but the conversation is in {_LANGUAGE_NAME[lang]}"
 
 
 def _requests_cut(text: str, requests: list[str]) -> str:
