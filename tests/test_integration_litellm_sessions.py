@@ -352,6 +352,27 @@ def test_a_client_that_keeps_part_of_a_compacted_span_has_the_compaction_undone(
     assert ids[: len(chat(12))] == [m.id for m in oai.to_messages(chat(12))]
 
 
+def test_a_client_that_goes_back_before_a_summary_gets_no_summary_of_what_it_took_back(tmp_path: Path) -> None:
+    # A chat UI whose user edits an early message after a compaction: the summary (placed before the kept
+    # first request) stood for the abandoned branch, and was sent with the new one.
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    hook = ContextHook(window=WINDOW, reserve=500, sessions=url)
+    for step in range(1, 13):
+        hook_call(hook, chat(step))
+    with Session.open(with_session(url, "chat:c"), read_only=True) as session:
+        assert any(r.compacted for r in session.compactions)
+    edited = chat(0) + [
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "Forget that; do something else."},
+    ]
+    data = hook_call(hook, edited)
+    assert data["messages"] == edited  # no summary of the steps the client took back
+    with Session.open(with_session(url, "chat:c"), read_only=True) as session:
+        assert [m.id for m in session.view] == [m.id for m in oai.to_messages(edited)]
+        ids = [r.message.id for r in session.records() if isinstance(r, MessageRecord)]
+    assert ids[: len(chat(12))] == [m.id for m in oai.to_messages(chat(12))]  # the log keeps the branch
+
+
 def test_sessions_in_a_directory_of_jsonl_files_and_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -134,18 +134,15 @@ from .._api import feed_usage
 from .._report import Report
 from .._thresholds import check_fill
 from ..artifacts import ArtifactStore, MemoryArtifactStore
-from ..compaction import MessageKind, kind_of, original_id
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import (
     AgentContextError,
     ConfigError,
     ConversionWarning,
     MissingDependencyError,
-    RecallError,
     StoreError,
     StoreNotInitializedError,
     StoreUnavailableError,
-    UsageError,
 )
 from ..formats import anthropic, responses
 from ..formats import openai as oai
@@ -153,6 +150,7 @@ from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
 from ..models import ESTIMATE_MARGIN, ModelSpec, get
 from ..tokens import CalibratedCounter, counter_for_tokenizer
+from ._follow import Follower
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -890,8 +888,6 @@ class ContextHook(CustomLogger):
 # ----------------------------------------------------------------------------- sessions
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,120}")
-_REPLACING = frozenset({"truncated", "masked", "arguments_shortened", "shortened", "repaired"})
-"""Action kinds whose replacements stand one for one for the messages they name."""
 
 
 @dataclass(frozen=True)
@@ -957,10 +953,13 @@ class _Open:
 
     session: Session
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    stand_ins: tuple[int, dict[str, str]] = (0, {})
-    """(compactions read, {replacement id: id of the message it stands for})."""
+    follower: Follower = field(init=False)
+    """Keeps the view on the client's history (ids chained: derived from the messages before)."""
     prepares: int = 0
     """Requests prepared through the session: a usage is the session's own only for its latest."""
+
+    def __post_init__(self) -> None:
+        self.follower = Follower(self.session, chained=True)
 
 
 def _close(opened: _Open) -> None:
@@ -985,111 +984,15 @@ def _sync_and_prepare(
 
 
 def _sync(opened: _Open, messages: list[Message]) -> None:
-    """Make the session's view end with the client's ``messages``; blocking (run in a thread).
+    """Make the session's view end with the client's ``messages`` (`Follower.follow`); blocking (run in a thread).
 
-    The view ends with the newest client message the session holds (or a copy
-    standing for it): what follows it in ``messages`` is appended. When the
-    client rewrote its history, the view is rewound to the last message both
-    share (a recorded rewind; the messages taken back stay in the log); when
-    that message lies inside a compacted span, the compaction is undone first
-    (also recorded), so that no client message is logged twice.
+    What other proxies logged is read first. When the client rewrote its history, the
+    view is rewound to the last message both share (a recorded rewind; the messages
+    taken back stay in the log), compactions undone first (also recorded) so that no
+    summary of what the client took back is sent, and no client message logged twice.
     """
-    session = opened.session
-    session.reload()  # what other proxies logged since
-    while True:
-        view = session.view
-        p, j = _tip(opened, view, messages)
-        new = messages[j + 1 :]
-        if new and _logged(session, new[0].id) and _summarized(opened, view, new[0].id):
-            # The client kept part of a span a summary stands for, and changed the rest: expand it again.
-            try:
-                session.undo_compaction()
-            except UsageError:
-                pass  # no compaction left to undo: re-log what the client sends again
-            else:
-                continue
-        break
-    if p + 1 < len(view):
-        session.rewind(p + 1)
-    if new:
-        session.extend(new)
-
-
-def _tip(opened: _Open, view: Sequence[Message], messages: list[Message]) -> tuple[int, int]:
-    """``(p, j)``: the newest view position ``p`` standing for a client message, ``messages[j]`` ((-1, -1): none)."""
-    if not view or not messages:
-        return -1, -1
-    # The usual request: the view ends with the previous request's last message, a few messages back.
-    last = _stands_for(opened, view[-1])
-    for j in range(len(messages) - 1, max(-1, len(messages) - 65), -1):
-        if messages[j].id == last:
-            return len(view) - 1, j
-    positions = {m.id: j for j, m in enumerate(messages)}
-    for p in range(len(view) - 1, -1, -1):
-        j = positions.get(_stands_for(opened, view[p]), -1)
-        if j >= 0:
-            return p, j
-    return -1, -1
-
-
-def _stands_for(opened: _Open, message: Message) -> str:
-    """The id of the client message ``message`` is (or is a masked, cut or shortened copy of)."""
-    compactions = opened.session.compactions
-    read, stand_ins = opened.stand_ins
-    if read != len(compactions):
-        stand_ins = dict(stand_ins)
-        for record in compactions[read:]:
-            for action in record.actions:
-                originals, copies = action.get("message_ids"), action.get("replacement_ids")
-                if (
-                    action.get("kind") in _REPLACING
-                    and isinstance(originals, list)
-                    and isinstance(copies, list)
-                    and len(originals) == len(copies)
-                ):
-                    stand_ins.update(
-                        (c, o)
-                        for c, o in zip(copies, originals, strict=True)
-                        if isinstance(c, str) and isinstance(o, str)
-                    )
-        opened.stand_ins = (len(compactions), stand_ins)
-    mid = original_id(message)
-    for _ in range(16):  # a masked copy of a cut copy...: follow the chain back to the client's message
-        older = stand_ins.get(mid)
-        if older is None:
-            break
-        mid = older
-    return mid
-
-
-def _summarized(opened: _Open, view: Sequence[Message], message_id: str) -> bool:
-    """Whether a summary (or an elision note) in ``view`` stands for message ``message_id``."""
-    pending = [m for m in view if kind_of(m) in (MessageKind.SUMMARY, MessageKind.ELISION)]
-    seen: set[str] = set()
-    while pending:
-        meta = pending.pop().metadata.get("agentcontext")
-        covers = meta.get("covers") if isinstance(meta, Mapping) else None
-        for covered in covers if isinstance(covers, list) else ():
-            if not isinstance(covered, str) or covered in seen:
-                continue
-            seen.add(covered)
-            try:
-                m = opened.session.message(covered)
-            except RecallError:
-                continue
-            if _stands_for(opened, m) == message_id:
-                return True
-            if kind_of(m) in (MessageKind.SUMMARY, MessageKind.ELISION):
-                pending.append(m)  # an earlier summary, folded into this one
-    return False
-
-
-def _logged(session: Session, message_id: str) -> bool:
-    try:
-        session.message(message_id)
-    except RecallError:
-        return False
-    return True
+    opened.session.reload()
+    opened.follower.follow(messages)
 
 
 _ROUTES: Mapping[Api, str] = {

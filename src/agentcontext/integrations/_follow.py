@@ -1,0 +1,179 @@
+"""Keeping a session's view on a client's history: what the LiteLLM proxy and LangChain sessions share.
+
+A client (a chat UI behind the proxy, a LangGraph thread) sends its whole history
+with each request; the session logs it and prepares the request from its own view.
+While the history only grows, what is new is appended. When the client rewrote it
+(went back to an earlier message, deleted one, forked from an old checkpoint), the
+view must not keep what the client no longer sends: neither the messages nor a
+summary that stands for them, or the model answers from a history the user took
+back (another user's, when two conversations were taken for one). The view is then
+undone to the raw messages (`Session.undo_compaction`) and rewound to the last one
+both share (`Session.rewind`); both are recorded, and the log keeps everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..compaction import SYNTHETIC_KINDS, MessageKind, kind_of, original_id
+from ..exceptions import RecallError, UsageError
+from ..messages import Message
+from ..session import Session
+
+__all__ = ["Follower"]
+
+REPLACING = frozenset({"truncated", "masked", "arguments_shortened", "shortened", "repaired"})
+"""Action kinds whose replacements stand one for one for the messages they name."""
+
+_NOTES = (MessageKind.SUMMARY, MessageKind.ELISION)
+
+
+class Follower:
+    """Makes one session's view end with a client's history (`follow`).
+
+    Args:
+        session: the session.
+        chained: the client's message ids are chained (each derived from the ones
+            before it, as the formats derive ids for the wire), so a view that ends
+            with a message of the history holds nothing the history lacks; with ids
+            of their own (LangChain's), every message of the view is checked.
+    """
+
+    def __init__(self, session: Session, *, chained: bool) -> None:
+        self.session = session
+        self.chained = chained
+        self._stand_ins: tuple[int, dict[str, str]] = (0, {})
+        """(compactions read, {replacement id: id of the message it stands for})."""
+
+    def follow(self, messages: Sequence[Message]) -> None:
+        """Make the session's view end with the client's ``messages``: blocking (store I/O).
+
+        The view ends with the newest client message it holds (or a copy standing
+        for it); what follows in ``messages`` is appended. When the view holds a
+        message, or a summary of messages, that the client no longer sends before
+        that point, compactions are undone and the view rewound to where both agree.
+        """
+        session = self.session
+        while True:
+            view = session.view
+            p, j, quick = self._tip(view, messages)
+            new = messages[j + 1 :]
+            if not quick:
+                gone = self._first_gone(view, p, messages[: j + 1])
+                if gone is not None:
+                    if not self._undo():
+                        session.rewind(gone)
+                    continue
+            if new and self._logged(new[0].id) and self._summarized(view, new[0].id):
+                # The client kept part of a span a summary stands for and changed the rest: expand it again.
+                if self._undo():
+                    continue  # else no compaction is left to undo: re-log what the client sends again
+            break
+        if p + 1 < len(view):
+            session.rewind(p + 1)
+        if new:
+            session.extend(new)
+
+    def stands_for(self, message: Message) -> str:
+        """The id of the client message ``message`` is (or is a masked, cut or shortened copy of)."""
+        compactions = self.session.compactions
+        read, stand_ins = self._stand_ins
+        if read != len(compactions):
+            stand_ins = dict(stand_ins)
+            for record in compactions[read:]:
+                for action in record.actions:
+                    originals, copies = action.get("message_ids"), action.get("replacement_ids")
+                    if (
+                        action.get("kind") in REPLACING
+                        and isinstance(originals, list)
+                        and isinstance(copies, list)
+                        and len(originals) == len(copies)
+                    ):
+                        stand_ins.update(
+                            (c, o)
+                            for c, o in zip(copies, originals, strict=True)
+                            if isinstance(c, str) and isinstance(o, str)
+                        )
+            self._stand_ins = (len(compactions), stand_ins)
+        mid = original_id(message)
+        for _ in range(16):  # a masked copy of a cut copy...: follow the chain back to the client's message
+            older = stand_ins.get(mid)
+            if older is None:
+                break
+            mid = older
+        return mid
+
+    # ------------------------------------------------------------------ helpers
+
+    def _tip(self, view: Sequence[Message], messages: Sequence[Message]) -> tuple[int, int, bool]:
+        """``(p, j, quick)``: the newest view position ``p`` standing for a client message, ``messages[j]``
+        ((-1, -1): none); ``quick`` when the view ends there and chained ids vouch for all before it."""
+        if not view or not messages:
+            return -1, -1, False
+        # The usual request: the view ends with the previous request's last message, a few messages back.
+        last = self.stands_for(view[-1])
+        for j in range(len(messages) - 1, max(-1, len(messages) - 65), -1):
+            if messages[j].id == last:
+                return len(view) - 1, j, self.chained
+        positions = {m.id: j for j, m in enumerate(messages)}
+        for p in range(len(view) - 1, -1, -1):
+            j = positions.get(self.stands_for(view[p]), -1)
+            if j >= 0:
+                return p, j, False
+        return -1, -1, False
+
+    def _first_gone(self, view: Sequence[Message], p: int, kept: Sequence[Message]) -> int | None:
+        """The first position of ``view[:p + 1]`` holding a message the client no longer sends in ``kept``,
+        or a summary or elision note standing for one; None when there is none."""
+        ids = {m.id for m in kept}
+        for q in range(p + 1):
+            m = view[q]
+            kind = kind_of(m)
+            if m.role == "system" and kind is None:
+                continue  # the session keeps the system prompt it began with; a request sends today's
+            if kind in _NOTES:
+                if any(covered not in ids for covered in self._covered(m)):
+                    return q
+            elif kind not in SYNTHETIC_KINDS and self.stands_for(m) not in ids:
+                return q
+        return None
+
+    def _covered(self, note: Message) -> list[str]:
+        """The client messages a summary or elision note stands for, through the summaries folded into it."""
+        out: list[str] = []
+        pending, seen = [note], set()
+        while pending:
+            meta = pending.pop().metadata.get("agentcontext")
+            covers = meta.get("covers") if isinstance(meta, Mapping) else None
+            for covered in covers if isinstance(covers, list) else ():
+                if not isinstance(covered, str) or covered in seen:
+                    continue
+                seen.add(covered)
+                try:
+                    m = self.session.message(covered)
+                except RecallError:
+                    out.append(covered)
+                    continue
+                if kind_of(m) in _NOTES:
+                    pending.append(m)  # an earlier summary, folded into this one
+                else:
+                    out.append(self.stands_for(m))
+        return out
+
+    def _summarized(self, view: Sequence[Message], message_id: str) -> bool:
+        """Whether a summary (or an elision note) in ``view`` stands for message ``message_id``."""
+        return any(message_id in self._covered(m) for m in view if kind_of(m) in _NOTES)
+
+    def _logged(self, message_id: str) -> bool:
+        try:
+            self.session.message(message_id)
+        except RecallError:
+            return False
+        return True
+
+    def _undo(self) -> bool:
+        try:
+            self.session.undo_compaction()
+        except UsageError:
+            return False
+        return True
