@@ -464,6 +464,22 @@ def test_a_conversation_is_prepared_incrementally_and_a_header_names_it() -> Non
     assert len(names) == 3
 
 
+def test_a_breakpoint_moving_off_the_first_message_keeps_the_conversation() -> None:
+    # Cline and Roo Code put a cache breakpoint on their newest user messages: the first one has it in the
+    # first request and not after. The chat route hashed it with its breakpoint, and split the conversation.
+    hook = ContextHook(window=WINDOW, reserve=500)
+    messages = long_chat(4)
+    first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    marked = json.loads(json.dumps(messages))
+    marked[first]["content"] = [
+        {"type": "text", "text": messages[first]["content"], "cache_control": {"type": "ephemeral"}}
+    ]
+    for request in (marked, messages + [{"role": "assistant", "content": "ok"}]):
+        data: dict[str, Any] = {"model": "gpt-4o", "messages": json.loads(json.dumps(request))}
+        asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))
+    assert len(hook._conversations) == 1
+
+
 def test_the_hook_fits_off_the_event_loop_one_request_of_a_conversation_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

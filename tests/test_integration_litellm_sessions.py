@@ -113,6 +113,20 @@ def prefix_breaks(requests: list[list[Any]]) -> int:
     return sum(common_prefix(old, new) < len(old) for old, new in zip(requests, requests[1:], strict=False))
 
 
+def scoped(url: str, name: str) -> str:
+    """The session of the conversation ``name`` (route and header value): the proxies scope it to the key
+    that sent it (``chat:u<digest>:<header>``), so that no other key can reach it by the same header."""
+    database_ = open_database(url)
+    try:
+        found = [
+            s.session_id for s in database_.sessions() if s.session_id.endswith(":" + name.split(":", 1)[1])
+        ]
+    finally:
+        database_.close()
+    assert len(found) == 1 and found[0].startswith(name.split(":", 1)[0] + ":u"), found
+    return found[0]
+
+
 def session_log(url: str, name: str) -> tuple[list[str], list[object]]:
     """The ids of the messages a session logged, in order, and all its records."""
     with Session.open(with_session(url, name), read_only=True) as session:
@@ -163,7 +177,7 @@ def test_two_proxies_send_one_chat_conversation_as_one_proxy_would(
 
     assert_valid_and_fits(alternating)
     assert [r.messages for r in alternating] == [r.messages for r in alone]
-    ids, records = session_log(pg_url, f"chat:{name}")
+    ids, records = session_log(pg_url, scoped(pg_url, f"chat:{name}"))
     compactions = [r for r in records if isinstance(r, CompactionRecord) and r.compacted]
     assert compactions, "the conversation outgrew the window: the session must have compacted it"
     # Cache-friendly: a request that does not extend the one before is one a compaction record explains.
@@ -176,7 +190,7 @@ def test_two_proxies_send_one_chat_conversation_as_one_proxy_would(
     # A message compaction took out of the prompt is still in the log, whole.
     sent = json.dumps(alternating[-1].messages)
     gone = next(m for m in oai.to_messages(steps[-1]) if m.role == "tool" and m.text not in sent)
-    with Session.open(with_session(pg_url, f"chat:{name}"), read_only=True) as session:
+    with Session.open(with_session(pg_url, scoped(pg_url, f"chat:{name}")), read_only=True) as session:
         assert session.recall(f"message:{gone.id}") == gone.text
     # Both proxies served it: each logged what its requests brought.
     assert a.process.poll() is None and b.process.poll() is None
@@ -209,7 +223,7 @@ def test_a_client_that_rewrites_its_history_is_rewound_not_lost(
     assert requests[10].messages[-1]["content"] == "edited step output"
     # Small again: sent as the client wrote it (LiteLLM itself leaves out a null "content").
     assert requests[-1].messages == [{k: v for k, v in m.items() if v is not None} for m in after[-1]]
-    ids, records = session_log(pg_url, f"chat:{name}")
+    ids, records = session_log(pg_url, scoped(pg_url, f"chat:{name}"))
     rewinds = [r for r in records if isinstance(r, RewindRecord)]
     assert [r.length for r in rewinds][-1] == 1  # back to the system prompt, then the client's summary
     assert len(rewinds) == 2
@@ -217,7 +231,7 @@ def test_a_client_that_rewrites_its_history_is_rewound_not_lost(
     sent = [oai.to_messages(m) for m in (first[-1], edited, after[-1])]
     expected = list(dict.fromkeys(m.id for conversation in sent for m in conversation))
     assert ids == expected
-    with Session.open(with_session(pg_url, f"chat:{name}"), read_only=True) as session:
+    with Session.open(with_session(pg_url, scoped(pg_url, f"chat:{name}")), read_only=True) as session:
         assert [m.id for m in session.view] == [m.id for m in sent[-1]]
         # What the rewinds took back is still recallable.
         assert session.recall(f"message:{sent[0][-1].id}") == output(9)
@@ -300,7 +314,11 @@ def test_two_proxies_serve_claude_code_messages_as_one_proxy_would(
     # Claude Code's breakpoint moves every request; the rest of the prompt extends the previous one.
     database_ = open_database(pg_url)
     try:
-        names = [s.session_id for s in database_.sessions() if s.session_id.startswith("anthropic:hash:")]
+        names = [
+            s.session_id
+            for s in database_.sessions()
+            if s.session_id.startswith("anthropic:u") and ":hash:" in s.session_id
+        ]
     finally:
         database_.close()
     assert len(names) == 1, names  # one conversation, whichever proxy served it
@@ -352,7 +370,9 @@ def test_a_client_that_keeps_part_of_a_compacted_span_has_the_compaction_undone(
     assert ids[: len(chat(12))] == [m.id for m in oai.to_messages(chat(12))]
 
 
-def test_a_client_that_goes_back_before_a_summary_gets_no_summary_of_what_it_took_back(tmp_path: Path) -> None:
+def test_a_client_that_goes_back_before_a_summary_gets_no_summary_of_what_it_took_back(
+    tmp_path: Path,
+) -> None:
     # A chat UI whose user edits an early message after a compaction: the summary (placed before the kept
     # first request) stood for the abandoned branch, and was sent with the new one.
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
@@ -371,6 +391,46 @@ def test_a_client_that_goes_back_before_a_summary_gets_no_summary_of_what_it_too
         assert [m.id for m in session.view] == [m.id for m in oai.to_messages(edited)]
         ids = [r.message.id for r in session.records() if isinstance(r, MessageRecord)]
     assert ids[: len(chat(12))] == [m.id for m in oai.to_messages(chat(12))]  # the log keeps the branch
+
+
+def test_two_callers_whose_chats_open_alike_are_two_conversations(tmp_path: Path) -> None:
+    # Same system prompt, same first message, no header: one conversation for every caller, so one user's
+    # summary went out with the other's requests (and each request re-prepared the other's from scratch).
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    hook = ContextHook(window=WINDOW, reserve=500, sessions=url)
+    callers = {"alice": UserAPIKeyAuth(api_key="sk-alice"), "bob": UserAPIKeyAuth(api_key="sk-bob")}
+    sent: dict[str, list[list[dict[str, Any]]]] = {"alice": [], "bob": []}
+    for step in range(1, 12):
+        for who, auth in callers.items():
+            messages = chat(step, tag="")
+            for m in messages:
+                if m["role"] == "tool":
+                    m["content"] = m["content"].replace("step", f"{who}-step")
+            data = {"model": "gpt-4o", "messages": messages}
+            sent[who].append(
+                asyncio.run(hook.async_pre_call_hook(auth, None, data, "acompletion"))["messages"]
+            )
+    assert not any("bob-step" in json.dumps(r) for r in sent["alice"])
+    assert not any("alice-step" in json.dumps(r) for r in sent["bob"])
+    database_ = open_database(url)
+    try:
+        names = sorted(s.session_id for s in database_.sessions())
+    finally:
+        database_.close()
+    assert len(names) == 2 and all(n.startswith("chat:u") for n in names), names
+    for name in names:
+        with Session.open(with_session(url, name), read_only=True) as session:
+            assert not any(isinstance(r, RewindRecord) for r in session.records())  # neither undid the other
+    # An end user named in the request (OpenAI's `user`) is a conversation of its own under one key.
+    data = {"model": "gpt-4o", "messages": chat(1), "user": "carol"}
+    asyncio.run(hook.async_pre_call_hook(callers["alice"], None, data, "acompletion"))
+    database_ = open_database(url)
+    try:
+        assert len(database_.sessions()) == 3
+    finally:
+        database_.close()
 
 
 def test_sessions_in_a_directory_of_jsonl_files_and_from_the_environment(

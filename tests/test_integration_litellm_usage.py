@@ -269,7 +269,8 @@ def test_with_sessions_the_usage_is_logged_on_the_conversations_session(
     upstream = upstreams[2]
     assert agent(stored, 12, name="logged") == -1
     assert not upstream.rejected
-    session = Session.open(str(stored.log.parent.parent / "store" / "chat-logged.jsonl"), read_only=True)
+    (path,) = (stored.log.parent.parent / "store").glob("chat-u*-logged.jsonl")  # scoped to the proxy key
+    session = Session.open(str(path), read_only=True)
     totals = session.usage_totals
     assert totals.calls == len(upstream.requests) == 12
     assert totals.prompt_tokens == sum(r.tokens for r in upstream.requests)

@@ -436,7 +436,7 @@ class ContextHook(CustomLogger):
 
     async def async_pre_call_hook(  # LiteLLM calls it with these keywords
         self,
-        user_api_key_dict: Any,  # noqa: ARG002
+        user_api_key_dict: Any,
         cache: Any,  # noqa: ARG002
         data: dict[str, Any],
         call_type: str,
@@ -449,7 +449,7 @@ class ContextHook(CustomLogger):
             with warnings.catch_warnings():
                 # What "keep" carries unmodelled (thinking, cache_control...) is expected here, at every request.
                 warnings.simplefilter("ignore", ConversionWarning)
-                await self._prepare(api, data)
+                await self._prepare(api, data, _scope(user_api_key_dict, data))
         except Exception as e:
             detail = str(e) if isinstance(e, _Skip) else f"{type(e).__name__}: {e}"
             logger.warning("agentcontext: %s request forwarded unchanged: %s", _ROUTES[api], detail)
@@ -506,7 +506,7 @@ class ContextHook(CustomLogger):
 
     # ------------------------------------------------------------------ one request
 
-    async def _prepare(self, api: Api, data: dict[str, Any]) -> None:
+    async def _prepare(self, api: Api, data: dict[str, Any], scope: str | None = None) -> None:
         if api == "responses" and (data.get("previous_response_id") or data.get("conversation")):
             return  # the history lives on the server; only the new items are here
         group = data.get("model")
@@ -514,7 +514,7 @@ class ContextHook(CustomLogger):
             raise _Skip(f"no model name (got {group!r})")
         engine = self._engine(group, api, data)
         fill = self._fill(api, data)
-        name = self._name(api, data)
+        name = self._name(api, data, scope)
         conversation = self._conversation(name, id(engine))
         # One request of a conversation at a time: the fitting runs in a worker thread (below), and the
         # conversation's converted messages and engine state are the previous request's until it is done.
@@ -744,12 +744,13 @@ class ContextHook(CustomLogger):
                 return self.fill
         return self.fill
 
-    def _name(self, api: Api, data: Mapping[str, Any]) -> str:
-        """The conversation's key: the header's value, else a hash of its system prompt and first message."""
+    def _name(self, api: Api, data: Mapping[str, Any], scope: str | None = None) -> str:
+        """The conversation's key: the header's value, else a hash of its system prompt and first message;
+        within the caller's ``scope`` (`_scope`), so that two keys or end users never share one."""
         name = _header(data, self.header)
         if name is None:
             name = "hash:" + hashlib.sha256(canonical_json(_identity(api, data)).encode()).hexdigest()
-        return f"{api}:{name}"
+        return f"{api}:{scope}:{name}" if scope else f"{api}:{name}"
 
     def _conversation(self, name: str, engine: int) -> _Conversation:
         key = (engine, name)
@@ -1064,6 +1065,22 @@ def _header(data: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
+def _scope(auth: object, data: Mapping[str, Any]) -> str | None:
+    """Whose conversation it is: a digest of the proxy key that sent it (LiteLLM's hashed ``token``) and of
+    the end user the request names (OpenAI's ``user``), None when neither is known.
+
+    Two callers whose conversations open alike (the app's system prompt, "hi") or who pick the same
+    header value were one conversation: without sessions each request re-prepared the other's from
+    scratch, and with them one user's summary was sent with the other's request.
+    """
+    key = getattr(auth, "token", None) or getattr(auth, "api_key", None)
+    user = data.get("user") or getattr(auth, "end_user_id", None)
+    parts = [p for p in (key, user) if isinstance(p, str) and p]
+    if not parts:
+        return None
+    return "u" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
 def _identity(api: Api, data: Mapping[str, Any]) -> list[object]:
     """What names a conversation without a header: its system prompt and its first user message."""
     if api == "responses":
@@ -1080,12 +1097,24 @@ def _identity(api: Api, data: Mapping[str, Any]) -> list[object]:
         )
         system = data.get("system")
         return [_sans_breakpoints({"content": system}), _sans_breakpoints(first)]
+    # Without the breakpoints clients put on their newest messages (Cline, Roo Code): a first message
+    # that only lost its breakpoint is the same conversation.
     system = (
-        [m for m in wire if isinstance(m, Mapping) and m.get("role") in ("system", "developer")][:1]
+        [
+            _sans_breakpoints(m, flat=True)
+            for m in wire
+            if isinstance(m, Mapping) and m.get("role") in ("system", "developer")
+        ][:1]
         if isinstance(wire, list)
         else []
     )
-    return [system, _first_user(wire)]
+    first = _sans_breakpoints(
+        next((m for m in wire if isinstance(m, Mapping) and m.get("role") == "user"), None)
+        if isinstance(wire, list)
+        else None,
+        flat=True,
+    )
+    return [system, first.get("content") if isinstance(first, Mapping) else None]
 
 
 def _first_user(wire: object) -> object:
