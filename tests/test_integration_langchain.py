@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import re
 import warnings
@@ -177,6 +178,70 @@ def test_each_thread_has_its_own_state_and_steps_are_incremental() -> None:
     for r in server.requests:
         users = [m["content"] for m in r.body["messages"] if m["role"] == "user" and m["content"][0] != "["]
         assert len({u.split()[0] for u in users}) == 1
+
+
+def per_conversation_loop(steps: int) -> Callable[[Request], Reply]:
+    """Several conversations at once ("convK build"): each calls the tool ``steps`` times, then answers."""
+    import threading
+
+    counters: dict[str, Iterator[int]] = {}
+    lock = threading.Lock()
+
+    def policy(request: Request) -> Reply:
+        users = [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+        mine = [u for u in users if isinstance(u, str) and u.startswith("conv")]
+        key = mine[-1] if mine else "?"
+        with lock:
+            i = next(counters.setdefault(key, itertools.count()))
+        return Reply(tool_calls=[("run", {"step": i})]) if i < steps else Reply(text="done " + key)
+
+    return policy
+
+
+@pytest.mark.parametrize("how", ["middleware", "hook", "async middleware"])
+def test_runs_without_a_thread_id_at_once_are_sent_as_each_alone(how: str) -> None:
+    # `agent.batch` (or a threaded server) with no checkpointer: every run had the thread None, so they shared
+    # one state and one converter, and sent each other's messages (and tool results without their calls);
+    # async, each step started over (2.4 times the compactions, each a prompt-cache miss).
+    n, steps = 6, 12
+
+    def run(concurrency: int) -> tuple[dict[str, list[Any]], int]:
+        engine = ac.ContextEngine(model="gpt-4o", window=6_000)
+        with ProviderServer(window=6_000, policy=per_conversation_loop(steps)) as server:
+            if how == "hook":
+                agent = react_agent(server, engine, [run_tool(20)])
+            else:
+                agent = create_agent(
+                    chat_model(server),
+                    tools=[run_tool(20)],
+                    system_prompt=SYSTEM,
+                    middleware=[ContextMiddleware(engine)],
+                )
+            inputs = [{"messages": [{"role": "user", "content": f"conv{k} build"}]} for k in range(n)]
+            if how == "async middleware":
+                outs = asyncio.run(agent.abatch(inputs, config(None, steps), max_concurrency=concurrency))
+            else:
+                outs = agent.batch(inputs, config(None, steps), max_concurrency=concurrency)
+        assert [r.error for r in server.rejected] == []
+        assert [o["messages"][-1].content for o in outs] == [f"done conv{k} build" for k in range(n)]
+        sent: dict[str, list[Any]] = {}
+        for r in server.requests:
+            users = {
+                u.split()[0]
+                for m in r.body["messages"]
+                if m["role"] == "user" and (u := m["content"])[:4] == "conv"
+            }
+            assert len(users) == 1, users  # never another conversation's messages
+            # The server numbers tool calls across conversations: the numbers differ with the order of runs.
+            sent.setdefault(users.pop(), []).append(
+                re.sub(r"call_\d+", "call", json.dumps(r.body["messages"]))
+            )
+        return sent, compactions(engine)
+
+    alone, compacted = run(1)
+    together, compacted_together = run(n)
+    assert compacted >= n  # each conversation outgrew the window
+    assert together == alone and compacted_together == compacted
 
 
 def test_window_from_the_model_profile() -> None:

@@ -54,11 +54,14 @@ where a filled context compacts again within a step or two.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 
@@ -142,6 +145,8 @@ class _Thread:
     """The system message and tools a state-mode `before_model` counted with."""
     sent: _Sent | None = None
     """The last preparation whose model call's usage was not read yet (state mode and the LangGraph hook)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held from converting a request to recording its result: two runs of one thread take turns."""
 
 
 class _Threads:
@@ -186,6 +191,32 @@ def _thread_id(runtime: object) -> str | None:
     return None if tid is None else str(tid)
 
 
+def _key(kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> tuple[object, ...]:
+    """Which remembered conversation a run's ``messages`` are: its thread, or without a ``thread_id`` (no
+    checkpointer) its first message's id, which LangGraph's ``add_messages`` gave it: concurrent runs
+    without one (``agent.batch``, a threaded server) shared one state and sent each other's messages."""
+    if tid is not None:
+        return (kind, tid)
+    return (kind, None, messages[0].id if messages else None)
+
+
+@contextlib.contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    with lock:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _aheld(lock: threading.Lock) -> AsyncIterator[None]:
+    """``lock`` from async code: waits without blocking the event loop (the holder may be on it)."""
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(0.002)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 # ----------------------------------------------------------------------------- the shared core
 
 
@@ -193,6 +224,7 @@ def _thread_id(runtime: object) -> str | None:
 class _Plan:
     """One preparation in progress: what was converted, and what the engine is given."""
 
+    kind: str
     thread: _Thread
     converted: Converted
     system: BaseMessage | None
@@ -240,8 +272,10 @@ class _Core:
         self._lock = threading.Lock()
         self.last: Prepared | None = None
         self.reports: OrderedDict[str | None, Report] = OrderedDict()
-        self._sessions: OrderedDict[str | None, Session] = OrderedDict()
-        """The factory's sessions, one per thread id (closed when forgotten, beyond ``max_threads``)."""
+        self._sessions: OrderedDict[object, Session] = OrderedDict()
+        """The factory's sessions, one per thread (closed when forgotten, beyond ``max_threads``)."""
+        self._session_locks: weakref.WeakKeyDictionary[Session, threading.Lock] = weakref.WeakKeyDictionary()
+        """Held from syncing a session to recording its prepare: runs of threads sharing one take turns."""
         self._max_threads = max_threads
 
     def close(self) -> None:
@@ -270,14 +304,16 @@ class _Core:
                 engine = self._engines[window] = _engine_with_window(self._engine, window)
         return engine
 
-    def session_for(self, tid: str | None) -> Session | None:
-        """Thread ``tid``'s session: the configured one, or the factory's for this thread (one per thread id)."""
+    def session_for(self, tid: str | None, key: object = None) -> Session | None:
+        """Thread ``tid``'s session: the configured one, or the factory's for this thread (one per thread id,
+        or without one per conversation, ``key``: the factory is then called with None)."""
         source = self._session
         if source is None or isinstance(source, Session):
             return source
         evicted: list[Session] = []
+        slot = tid if tid is not None else key
         with self._lock:
-            session = self._sessions.get(tid)
+            session = self._sessions.get(slot)
             if session is None:
                 session = source(tid)
                 if not isinstance(session, Session) or session.engine is None:
@@ -285,9 +321,9 @@ class _Core:
                         "the session factory must return a Session opened with an engine "
                         f"(Session.open(..., engine=...)), got {type(session).__name__}"
                     )
-                self._sessions[tid] = session
+                self._sessions[slot] = session
             else:
-                self._sessions.move_to_end(tid)
+                self._sessions.move_to_end(slot)
             while len(self._sessions) > self._max_threads:
                 evicted.append(self._sessions.popitem(last=False)[1])
         for old in evicted:
@@ -313,7 +349,7 @@ class _Core:
 
     # ------------------------------------------------------------------ prepare
 
-    def plan(
+    def run(
         self,
         kind: str,
         tid: str | None,
@@ -321,12 +357,80 @@ class _Core:
         system: BaseMessage | None,
         tools: Sequence[BaseTool | dict[str, Any]],
         model: object,
+        *,
+        history: bool = False,
+    ) -> _Result:
+        """Prepare one model call of a thread; ``history``: first feed the last call's usage from the history."""
+        thread, session, lock = self._turn(kind, tid, messages)
+        with _held(lock):
+            if history:
+                self.feed_from_history(kind, tid, messages)
+            plan = self._plan(kind, thread, session, messages, system, tools, model)
+            if plan.session is not None:
+                prepared = plan.session.prepare(tools=plan.tools, fill=self.fill)
+            else:
+                prepared = plan.engine.prepare(
+                    plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+                )
+            return self._finish(plan, prepared, tid)
+
+    async def arun(
+        self,
+        kind: str,
+        tid: str | None,
+        messages: Sequence[BaseMessage],
+        system: BaseMessage | None,
+        tools: Sequence[BaseTool | dict[str, Any]],
+        model: object,
+        *,
+        history: bool = False,
+    ) -> _Result:
+        """`run` for async agents (the wait for another run of the thread does not block the loop)."""
+        thread, session, lock = self._turn(kind, tid, messages)
+        async with _aheld(lock):
+            if history:
+                self.feed_from_history(kind, tid, messages)
+            plan = self._plan(kind, thread, session, messages, system, tools, model)
+            if plan.session is not None:
+                prepared = await plan.session.aprepare(tools=plan.tools, fill=self.fill)
+            else:
+                prepared = await plan.engine.aprepare(
+                    plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+                )
+            return self._finish(plan, prepared, tid)
+
+    def thread(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> _Thread:
+        """What the middleware remembers of the conversation ``messages`` are (`_key`)."""
+        return self.threads.get(_key(kind, tid, messages))
+
+    def _turn(
+        self, kind: str, tid: str | None, messages: Sequence[BaseMessage]
+    ) -> tuple[_Thread, Session | None, threading.Lock]:
+        """The thread, its session, and the lock its preparations take turns on (the session's, when one)."""
+        key = _key(kind, tid, messages)
+        thread = self.threads.get(key)
+        session = self.session_for(tid, key)
+        if session is None:
+            return thread, None, thread.lock
+        with self._lock:
+            lock = self._session_locks.get(session)
+            if lock is None:
+                lock = self._session_locks[session] = threading.Lock()
+        return thread, session, lock
+
+    def _plan(
+        self,
+        kind: str,
+        thread: _Thread,
+        session: Session | None,
+        messages: Sequence[BaseMessage],
+        system: BaseMessage | None,
+        tools: Sequence[BaseTool | dict[str, Any]],
+        model: object,
     ) -> _Plan:
         """Convert what is new and decide what the engine is given (O(new messages) on a growing history)."""
-        thread = self.threads.get((kind, tid))
         converted = thread.cache.convert(messages, system=system)
         thread.system = cast("SystemMessage | None", system)
-        session = self.session_for(tid)
         engine = cast(Engine, session.engine) if session is not None else self.engine_for(model)
         if session is not None:
             _sync_session(thread, session, converted, system is not None)
@@ -337,6 +441,7 @@ class _Core:
         ):
             state = EngineState.new()  # a rewritten history: the engine must look at all of it
         return _Plan(
+            kind=kind,
             thread=thread,
             converted=converted,
             system=system,
@@ -346,24 +451,6 @@ class _Core:
             state=state,
             session=session,
         )
-
-    def prepare(self, plan: _Plan, tid: str | None) -> _Result:
-        if plan.session is not None:
-            prepared = plan.session.prepare(tools=plan.tools, fill=self.fill)
-        else:
-            prepared = plan.engine.prepare(
-                plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
-            )
-        return self._finish(plan, prepared, tid)
-
-    async def aprepare(self, plan: _Plan, tid: str | None) -> _Result:
-        if plan.session is not None:
-            prepared = await plan.session.aprepare(tools=plan.tools, fill=self.fill)
-        else:
-            prepared = await plan.engine.aprepare(
-                plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
-            )
-        return self._finish(plan, prepared, tid)
 
     def _finish(self, plan: _Plan, prepared: Prepared, tid: str | None) -> _Result:
         """The prepared messages in LangChain's terms: O(1) when unchanged, else O(messages after the kept prefix)."""
@@ -388,6 +475,11 @@ class _Core:
             out=_tip(result.messages),
         )
         thread.sent = sent
+        if plan.kind == "state" and result.changed:
+            # What goes into the graph state: the next call's history starts with it.
+            out = prepared.messages
+            skip = 1 if plan.system is not None and len(out) and out[0].role == "system" else 0
+            thread.written = tuple(m.id for m in out[skip:])
         return dataclasses.replace(result, sent=sent)
 
     def _convert(self, plan: _Plan, prepared: Prepared) -> _Result:
@@ -433,9 +525,9 @@ class _Core:
 
     # ------------------------------------------------------------------ usage
 
-    def take_sent(self, kind: str, tid: str | None) -> _Sent | None:
+    def take_sent(self, kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> _Sent | None:
         """The thread's preparation whose model call's usage was not read yet (it is read once)."""
-        thread = self.threads.peek((kind, tid))
+        thread = self.threads.peek(_key(kind, tid, messages))
         if thread is None:
             return None
         sent, thread.sent = thread.sent, None
@@ -447,7 +539,7 @@ class _Core:
         For preparations that never see the response (the LangGraph hook): the reply is
         the message right after the ones the preparation was given, and only then.
         """
-        sent = self.take_sent(kind, tid)
+        sent = self.take_sent(kind, tid, messages)
         if sent is None:
             return
         n, last = sent.given
@@ -483,19 +575,16 @@ class _Core:
         """Append to the thread's session what the run added since its last model call (its final answer)."""
         if self._session is None:
             return
-        thread = self.threads.peek((kind, tid))
-        session = self.session_for(tid)
-        if thread is None or session is None:
+        key = _key(kind, tid, messages)
+        thread = self.threads.peek(key)
+        if thread is None:
             return
-        converted = thread.cache.convert(messages, system=thread.system)
-        _sync_session(thread, session, converted, thread.system is not None)
-
-    def written(self, plan: _Plan, result: _Result) -> list[BaseMessage]:
-        """State mode: remember which messages go into the graph state, and return them."""
-        out = result.prepared.messages
-        skip = 1 if plan.system is not None and len(out) and out[0].role == "system" else 0
-        plan.thread.written = tuple(m.id for m in out[skip:])
-        return list(result.messages)
+        thread, session, lock = self._turn(kind, tid, messages)
+        if session is None:
+            return
+        with _held(lock):
+            converted = thread.cache.convert(messages, system=thread.system)
+            _sync_session(thread, session, converted, thread.system is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -782,17 +871,18 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # ------------------------------------------------------------------ request mode (and the state-mode guard)
 
-    def _plan_request(self, request: ModelRequest[Any]) -> tuple[_Plan | None, str | None]:
+    def _guarded(self, request: ModelRequest[Any]) -> tuple[bool, str | None]:
+        """Whether this call must be prepared here (always in request mode), and its thread id."""
         tid = _thread_id(request.runtime)
         if self.mode == "state":
-            thread = self._core.threads.get(("state", tid))
+            thread = self._core.thread("state", tid, request.messages)
             thread.system, thread.tools, thread.model = request.system_message, request.tools, request.model
             if thread.basis is not None and thread.basis == (request.system_message, request.tools):
-                return None, tid  # before_model counted exactly this request's system prompt and tools
-        plan = self._core.plan(
-            "request", tid, request.messages, request.system_message, request.tools, request.model
-        )
-        return plan, tid
+                return False, tid  # before_model counted exactly this request's system prompt and tools
+        return True, tid
+
+    def _run_args(self, request: ModelRequest[Any], tid: str | None) -> tuple[Any, ...]:
+        return ("request", tid, request.messages, request.system_message, request.tools, request.model)
 
     @staticmethod
     def _apply(request: ModelRequest[Any], result: _Result) -> ModelRequest[Any]:
@@ -813,13 +903,13 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         In state mode this is a guard: it only prepares when `before_model` could not
         count this request's system prompt and tools (a thread's first call).
         """
-        plan, tid = self._plan_request(request)
-        before = self._core.take_sent("state", tid) if self.mode == "state" else None
-        if plan is None:
+        prepare, tid = self._guarded(request)
+        before = self._core.take_sent("state", tid, request.messages) if self.mode == "state" else None
+        if not prepare:
             response = handler(request)
             sent = _sent_for(before, request)
         else:
-            result = self._core.prepare(plan, tid)
+            result = self._core.run(*self._run_args(request, tid))
             response = handler(self._apply(request, result))
             sent = result.sent  # this call's own preparation: no other thread's can be taken for it
         if sent is not None:
@@ -832,13 +922,13 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """`wrap_model_call` for async agents (an async summarizer runs without blocking the loop)."""
-        plan, tid = self._plan_request(request)
-        before = self._core.take_sent("state", tid) if self.mode == "state" else None
-        if plan is None:
+        prepare, tid = self._guarded(request)
+        before = self._core.take_sent("state", tid, request.messages) if self.mode == "state" else None
+        if not prepare:
             response = await handler(request)
             sent = _sent_for(before, request)
         else:
-            result = await self._core.aprepare(plan, tid)
+            result = await self._core.arun(*self._run_args(request, tid))
             response = await handler(self._apply(request, result))
             sent = result.sent  # this call's own preparation: no other thread's can be taken for it
         if sent is not None:
@@ -847,33 +937,31 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # ------------------------------------------------------------------ state mode
 
-    def _plan_state(self, state: AgentState[Any], runtime: Runtime[Any]) -> tuple[_Plan | None, str | None]:
+    def _state_args(self, state: AgentState[Any], runtime: Runtime[Any]) -> tuple[Any, ...] | None:
+        """What `_Core.run` is given for a state-mode `before_model`; None when not in state mode."""
         if self.mode != "state":
-            return None, None
+            return None
         tid = _thread_id(runtime)
-        thread = self._core.threads.get(("state", tid))
-        plan = self._core.plan("state", tid, state["messages"], thread.system, thread.tools, thread.model)
+        messages = state["messages"]
+        thread = self._core.thread("state", tid, messages)
         thread.basis = (thread.system, thread.tools)
-        return plan, tid
+        return ("state", tid, messages, thread.system, thread.tools, thread.model)
 
-    def _persist(self, plan: _Plan, result: _Result) -> dict[str, Any] | None:
+    @staticmethod
+    def _persist(result: _Result) -> dict[str, Any] | None:
         if not result.changed:
             return None
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *self._core.written(plan, result)]}
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *result.messages]}
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """State mode: compact the graph state's messages when needed and write the result back."""
-        plan, tid = self._plan_state(state, runtime)
-        if plan is None:
-            return None
-        return self._persist(plan, self._core.prepare(plan, tid))
+        args = self._state_args(state, runtime)
+        return None if args is None else self._persist(self._core.run(*args))
 
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """`before_model` for async agents."""
-        plan, tid = self._plan_state(state, runtime)
-        if plan is None:
-            return None
-        return self._persist(plan, await self._core.aprepare(plan, tid))
+        args = self._state_args(state, runtime)
+        return None if args is None else self._persist(await self._core.arun(*args))
 
     # ------------------------------------------------------------------ the end of a run
 

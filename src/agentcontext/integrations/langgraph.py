@@ -92,26 +92,22 @@ def pre_model_hook(
     system = SystemMessage(content=prompt) if isinstance(prompt, str) else prompt
     tool_list = list(tools)
 
-    def plan(state: dict[str, Any], config: RunnableConfig | None) -> tuple[Any, str | None]:
+    def args(state: dict[str, Any], config: RunnableConfig | None) -> tuple[Any, ...]:
         messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
         if not isinstance(messages, list):
             raise ConfigError("pre_model_hook expects the agent state's 'messages' list")
         tid = ((config or {}).get("configurable") or {}).get("thread_id")
-        key = None if tid is None else str(tid)
-        # The hook never sees the model's response; its reply is in the history by the next step.
-        core.feed_from_history("hook", key, messages)
-        return core.plan("hook", key, messages, system, tool_list, None), key
+        return ("hook", None if tid is None else str(tid), messages, system, tool_list, None)
 
     def output(result: _Result) -> dict[str, Any]:
         messages: list[BaseMessage] = list(result.messages)
         return {"llm_input_messages": messages}
 
+    # The hook never sees the model's response; its reply is in the history by the next step (history=True).
     def hook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        p, tid = plan(state, config)
-        return output(core.prepare(p, tid))
+        return output(core.run(*args(state, config), history=True))
 
     async def ahook(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        p, tid = plan(state, config)
-        return output(await core.aprepare(p, tid))
+        return output(await core.arun(*args(state, config), history=True))
 
     return RunnableLambda(hook, afunc=ahook, name="agentcontext_pre_model_hook")
