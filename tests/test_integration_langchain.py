@@ -34,7 +34,7 @@ from agentcontext.formats import langchain as lc
 from agentcontext.formats import openai as openai_format
 from agentcontext.integrations.langchain import ContextMiddleware
 from agentcontext.models import ModelSpec
-from agentcontext.session import MemoryStore, Session
+from agentcontext.session import MemoryStore, MessageRecord, Session
 from agentcontext.tokens import ScriptEstimator
 from providers import ProviderServer, Reply, Request, tool_loop
 
@@ -335,6 +335,50 @@ def test_session_keeps_every_original_and_the_model_can_recall_them() -> None:
     for m in lc.to_messages(out["messages"]):
         assert session.message(m.id) == m
     assert [t["function"]["name"] for t in server.requests[0].body["tools"]] == ["recall", "run"]
+
+
+def test_a_session_follows_a_thread_that_removed_messages_or_went_back_to_a_checkpoint() -> None:
+    # The session prepared its own view, which still held what the thread took back: a message removed from
+    # the graph state (a secret), or a whole branch after an earlier checkpoint, summary included.
+    from langchain_core.messages import RemoveMessage
+
+    session = Session.from_store(MemoryStore(), engine=ac.ContextEngine(model="gpt-4o", window=6_000))
+    with ProviderServer(window=6_000, policy=tool_loop(steps=0, final="ok")) as server:
+        agent = create_agent(
+            chat_model(server),
+            tools=[run_tool(20)],
+            system_prompt=SYSTEM,
+            middleware=[ContextMiddleware(session=session, recall=False)],
+            checkpointer=InMemorySaver(),
+        )
+
+        def say(text: str, steps: int = 0, cfg: dict[str, Any] | None = None) -> None:
+            server.policy = tool_loop(steps=steps, final="ok")
+            agent.invoke({"messages": [{"role": "user", "content": text}]}, cfg or config("t", steps + 2))
+
+        say("my password is hunter2")
+        say("second question")
+        first_two = agent.get_state(config("t", 2)).values["messages"][:2]
+        agent.update_state(config("t", 2), {"messages": [RemoveMessage(id=m.id) for m in first_two]})
+        say("third")
+        sent = server.requests[-1].body["messages"]
+        assert [m["content"] for m in sent[1:]] == ["second question", "ok", "third"]
+
+        say("turn 4: the plan")
+        after = next(
+            c
+            for c in agent.get_state_history(config("t", 2))
+            if not c.next and c.values["messages"][-1].content == "ok"
+        )  # the newest finished turn: "turn 4"
+        say("turn 5: ABANDONED branch", steps=12)  # long enough to be compacted: a summary stands for it
+        assert any(r.compacted for r in session.compactions)
+        say("turn 5': the fork", cfg=after.config)
+    text = json.dumps(server.requests[-1].body["messages"])
+    assert "ABANDONED" not in text and "[step 11]" not in text and "turn 5': the fork" in text
+    assert [r.error for r in server.rejected] == []
+    assert "hunter2" not in text
+    logged = [r.message.text for r in session.records() if isinstance(r, MessageRecord)]
+    assert "my password is hunter2" in logged  # the log keeps it (the session's own record, recallable)
 
 
 def test_recall_reads_the_running_threads_session_and_shows_the_model_only_its_own_arguments() -> None:

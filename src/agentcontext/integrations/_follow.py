@@ -123,19 +123,41 @@ class Follower:
         return -1, -1, False
 
     def _first_gone(self, view: Sequence[Message], p: int, kept: Sequence[Message]) -> int | None:
-        """The first position of ``view[:p + 1]`` holding a message the client no longer sends in ``kept``,
-        or a summary or elision note standing for one; None when there is none."""
+        """Where ``view[:p + 1]`` and the client's ``kept`` messages part: the first position holding a
+        message the client no longer sends (or a summary or elision note standing for one), or standing
+        for a client message that comes after one the view lacks; None when the view is the history."""
         ids = {m.id for m in kept}
+        represented: dict[str, int] = {}
         for q in range(p + 1):
             m = view[q]
             kind = kind_of(m)
             if m.role == "system" and kind is None:
                 continue  # the session keeps the system prompt it began with; a request sends today's
             if kind in _NOTES:
-                if any(covered not in ids for covered in self._covered(m)):
+                covered = self._covered(m)
+                if any(c not in ids for c in covered):
                     return q
-            elif kind not in SYNTHETIC_KINDS and self.stands_for(m) not in ids:
-                return q
+                represented.update((c, q) for c in covered)
+            elif kind not in SYNTHETIC_KINDS:
+                original = self.stands_for(m)
+                if original not in ids:
+                    return q
+                represented.setdefault(original, q)
+        if self.chained:
+            return None  # chained ids: a view that holds a client message holds every one before it
+        dropped: set[str] = (
+            set()
+        )  # a repair's or a cut's drop, said in its report: not a message the view lacks
+        for record in self.session.compactions:
+            for action in record.actions:
+                named = action.get("message_ids")
+                if action.get("kind") == "dropped" and isinstance(named, list):
+                    dropped.update(mid for mid in named if isinstance(mid, str))
+        for k, m in enumerate(kept):
+            if m.role != "system" and m.id not in represented and m.id not in dropped:
+                # The client holds a message the view lacks: the view parts from it where it shows a later one.
+                later = [represented[x.id] for x in kept[k + 1 :] if x.id in represented]
+                return min(later) if later else None
         return None
 
     def _covered(self, note: Message) -> list[str]:

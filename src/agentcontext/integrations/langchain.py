@@ -68,11 +68,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 from .._api import feed_usage
 from .._thresholds import check_fill
 from ..engine import ContextEngine, Engine, EngineState, Prepared
-from ..exceptions import ConfigError, MissingDependencyError, RecallError, UsageError
+from ..exceptions import ConfigError, MissingDependencyError
 from ..formats._common import canonical_json
 from ..formats.langchain import Converted, MessageCache
 from ..messages import JSONValue, Message
 from ..session import RECALL_TOOL_DESCRIPTION, Session
+from ._follow import Follower
 
 try:
     from langchain.agents.middleware.types import (
@@ -728,7 +729,13 @@ def _starts_with(messages: Sequence[Message], ids: tuple[str, ...], skip: int) -
 
 
 def _sync_session(thread: _Thread, session: Session, converted: Converted, has_system: bool) -> None:
-    """Append to ``session`` what of ``converted`` it does not have yet (O(new) on a growing history)."""
+    """Make ``session``'s view end with the thread's history: O(new) while it grows (what is new is appended).
+
+    A history the thread rewrote (messages removed with ``RemoveMessage``, a run from an earlier
+    checkpoint, a restart) is followed by `Follower`: the view is rewound to where both agree, any
+    compaction whose summary stands for what the thread no longer holds undone first (both recorded),
+    so the model is never sent a message the thread took back.
+    """
     msgs = converted.messages
     skip = 1 if has_system else 0
     if (
@@ -736,42 +743,19 @@ def _sync_session(thread: _Thread, session: Session, converted: Converted, has_s
         and 0 < thread.synced <= len(msgs)
         and msgs[thread.synced - 1].id == thread.synced_last
     ):
-        start = thread.synced
+        new = msgs[thread.synced :]
+        if new:
+            session.extend(new)
     elif _starts_with(msgs, thread.written, skip):
-        start = skip + len(thread.written)
+        new = msgs[skip + len(thread.written) :]
+        if new:
+            session.extend(new)
     else:
-        start = _first_unknown(session, msgs, skip)
+        Follower(session, chained=False).follow(msgs)
+        thread.diverged = None  # rewound or undone: compare the view with the history again
     if thread.diverged is None:
         thread.diverged = bool(session.compactions)
-    new = msgs[start:]
-    if new:
-        session.extend(new)
     thread.synced, thread.synced_last = len(msgs), msgs[-1].id if msgs else None
-
-
-def _first_unknown(session: Session, msgs: Sequence[Message], skip: int) -> int:
-    """The index from which ``msgs`` are new to ``session`` (O(n): after a restart or a rewrite only)."""
-    if not len(session.view):
-        return 0  # a new session starts with the system message, when there is one
-    i = skip
-    while i < len(msgs) and _known(session, msgs[i].id):
-        i += 1
-    for j in range(i + 1, len(msgs)):
-        if _known(session, msgs[j].id):
-            raise UsageError(
-                f"message {j - skip} of this thread is already in the session but message {i - skip} before it is "
-                "not: the thread's history was rewritten or forked, and a session follows one history. "
-                "Give the forked thread a new session"
-            )
-    return i
-
-
-def _known(session: Session, message_id: str) -> bool:
-    try:
-        session.message(message_id)
-    except RecallError:
-        return False
-    return True
 
 
 # ----------------------------------------------------------------------------- the recall tool
