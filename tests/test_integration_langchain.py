@@ -244,15 +244,19 @@ def test_runs_without_a_thread_id_at_once_are_sent_as_each_alone(how: str) -> No
     assert together == alone and compacted_together == compacted
 
 
-def test_window_from_the_model_profile() -> None:
+@pytest.mark.parametrize("mode", ["request", "state"])
+def test_window_from_the_model_profile(mode: str) -> None:
+    # In state mode every thread's first call raised: before_model ran before any model was seen.
     template = ac.ContextEngine(model="gpt-4o")  # 128k: far more than the model's profile allows
     steps = runs(10, 60)
+    context = ContextMiddleware(template, window="profile", mode=mode)  # type: ignore[arg-type]
     with ProviderServer(window=6_000, policy=tool_loop(steps=steps)) as server:
         agent = agent_for(
-            server, [ContextMiddleware(template, window="profile")], profile={"max_input_tokens": 6_000}
+            server, [context], profile={"max_input_tokens": 6_000}, checkpointer=InMemorySaver()
         )
-        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, steps))
+        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("p", steps))
     assert_requests_ok(server, "build")
+    assert context.last is not None and context.last.report.window == 6_000
     with pytest.raises(ac.ConfigError, match="max_input_tokens"):
         with ProviderServer(window=6_000) as server:
             agent = agent_for(server, [ContextMiddleware(template, window="profile")], profile={})

@@ -928,6 +928,10 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         tid = _thread_id(runtime)
         messages = state["messages"]
         thread = self._core.thread("state", tid, messages)
+        if thread.model is None:
+            # No model call of this thread seen yet (its first, or the first since a restart): its system
+            # prompt, tools and model (window="profile") are unknown, so `wrap_model_call` prepares it.
+            return None
         thread.basis = (thread.system, thread.tools)
         return ("state", tid, messages, thread.system, thread.tools, thread.model)
 
