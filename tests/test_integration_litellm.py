@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -462,6 +463,42 @@ def test_a_conversation_is_prepared_incrementally_and_a_header_names_it() -> Non
     assert names[:2] == ["chat:a", "chat:b"]
     # The two calls without a header: one conversation (same system prompt and first user message).
     assert len(names) == 3
+
+
+def test_what_the_hook_did_to_a_request_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    # A request cut from 21 messages to 6 left no trace, and a client's broken history was repaired (a second
+    # answer to one call taken out) without a word, where the docs promised it went out unchanged.
+    hook = ContextHook(window=WINDOW, reserve=500)
+
+    def call(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": "gpt-4o", "messages": json.loads(json.dumps(messages))}
+        return asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))
+
+    call_a = {"id": "a", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+    broken = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call_a]},
+        {"role": "tool", "tool_call_id": "a", "content": "first"},
+        {"role": "tool", "tool_call_id": "a", "content": "second"},
+        {"role": "user", "content": "next"},
+    ]
+    with caplog.at_level(logging.INFO, logger="agentcontext.litellm"):
+        call(broken)
+        call(long_chat(4))
+        assert caplog.records == [r for r in caplog.records if r.name == "agentcontext.litellm"]
+        quiet = len(caplog.records)
+        sent = call(long_chat(30))["messages"]
+    warning, compacted = caplog.records[0], caplog.records[-1]
+    assert warning.levelno == logging.WARNING and "its history was repaired" in warning.getMessage()
+    assert "tool result for 'a' taken out of the prompt: it answers a call that was already answered" in (
+        warning.getMessage()
+    )
+    assert quiet == 1  # a request that needed nothing logs nothing
+    assert len(sent) < len(long_chat(30)) and compacted.levelno == logging.INFO
+    assert re.search(
+        r"chat:hash:\w+: [\d,]+ -> [\d,]+ tokens \(budget [\d,]+, level \w+\): .*summarized",
+        compacted.getMessage(),
+    )
 
 
 def test_a_breakpoint_moving_off_the_first_message_keeps_the_conversation() -> None:

@@ -109,6 +109,9 @@ request alone overflow) is forwarded unchanged, with one warning line on the
 then answers as it would have. The hook never fails a request. Responses
 requests that continue a stored response (``previous_response_id``,
 ``conversation``) are forwarded unchanged too: their history is on the server.
+A history the provider would refuse (a tool result without its call, a call
+answered twice) is repaired, and a warning names every repair; a compaction is
+logged as one info line, a summarizer that gave way as a warning.
 
 Requires ``pip install 'agentcontext[litellm]'``.
 """
@@ -134,6 +137,7 @@ from .._api import feed_usage
 from .._report import Report
 from .._thresholds import check_fill
 from ..artifacts import ArtifactStore, MemoryArtifactStore
+from ..cli._reporting import describe_fallback, fallbacks, summary_line
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import (
     AgentContextError,
@@ -526,6 +530,7 @@ class ContextHook(CustomLogger):
                 through = await self._session_prepare(api, name, engine, messages, tools, instructions, fill)
                 if through is not None:
                     prepared, opened = through
+                    _log_report(api, name, prepared.report)
                     out = prepared.messages
                     self._expect(api, data, _Sent(engine, prepared.report, opened, opened.prepares))
             if out is None:
@@ -545,6 +550,7 @@ class ContextHook(CustomLogger):
                 except AgentContextError as e:
                     raise _Skip(f"{type(e).__name__}: {e}") from None
                 conversation.state = prepared.state
+                _log_report(api, name, prepared.report)
                 out = prepared.messages
                 self._expect(api, data, _Sent(engine, prepared.report))
                 if prepared.compaction is None and len(out) == len(messages):
@@ -1063,6 +1069,31 @@ def _header(data: Mapping[str, Any], name: str) -> str | None:
                 if isinstance(key, str) and key.lower() == name and isinstance(value, str) and value:
                     return value
     return None
+
+
+def _log_report(api: Api, name: str, report: Report) -> None:
+    """What the engine did to a request, on the ``agentcontext.litellm`` logger: a repair of the client's
+    history as a warning, each naming what it changed (the provider would have refused the request, and the
+    client's bug is worth seeing), a compaction as one info line, a summarizer that gave way as a warning.
+    A request that needed nothing logs nothing."""
+    if not report.actions:
+        return
+    where = f"agentcontext: {_ROUTES[api]} request of conversation {name}"
+    repairs = [a.reason for a in report.actions if a.kind == "repaired"]
+    if repairs:
+        logger.warning("%s: its history was repaired before it was sent: %s", where, "; ".join(repairs))
+    if report.compacted:
+        logger.info(
+            "%s: %s -> %s tokens (budget %s, level %s): %s",
+            where,
+            f"{report.tokens_before:,}",
+            f"{report.tokens_after:,}",
+            f"{report.budget:,}",
+            report.final_level.label,
+            summary_line(report),
+        )
+    for action in fallbacks(report.actions):
+        logger.warning("%s: %s", where, describe_fallback(action))
 
 
 def _scope(auth: object, data: Mapping[str, Any]) -> str | None:
