@@ -245,6 +245,47 @@ def test_runs_without_a_thread_id_at_once_are_sent_as_each_alone(how: str) -> No
 
 
 @pytest.mark.parametrize("mode", ["request", "state"])
+def test_a_structured_output_schema_is_counted(mode: str) -> None:
+    # create_agent binds the structured-output tool after the middleware ran: a 4,000-token schema went
+    # uncounted, and the provider refused a request of 8,143 tokens in an 8,000 window.
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import Field, create_model
+
+    why = "describe how it was measured, which unit it uses and which services contributed to it. " * 3
+    fields: dict[str, Any] = {
+        f"metric_{i}": (str, Field(description=f"Build metric {i}: {why}")) for i in range(60)
+    }
+    report = create_model("BuildReport", __doc__="The final build report.", **fields)
+    steps = 25
+
+    def policy(request: Request) -> Reply:
+        if (
+            sum(m["role"] == "tool" for m in request.body["messages"]) < steps
+            and len(server.requests) <= steps
+        ):
+            return Reply(tool_calls=[("run", {"step": len(server.requests)})])
+        return Reply(tool_calls=[("BuildReport", {f"metric_{i}": "ok" for i in range(60)})])
+
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+    context = ContextMiddleware(engine, mode=mode)  # type: ignore[arg-type]
+    with ProviderServer(window=8_000, policy=policy) as server:
+        agent = create_agent(
+            chat_model(server),
+            tools=[run_tool(25)],
+            system_prompt=SYSTEM,
+            middleware=[context],
+            response_format=ToolStrategy(report),
+            checkpointer=InMemorySaver(),
+        )
+        out = agent.invoke(
+            {"messages": [{"role": "user", "content": "build and report"}]}, config("s", steps)
+        )
+    assert type(out["structured_response"]).__name__ == "BuildReport"
+    assert [r.error for r in server.rejected] == []
+    assert context.last is not None and context.last.report.tool_tokens > 3_000
+
+
+@pytest.mark.parametrize("mode", ["request", "state"])
 def test_window_from_the_model_profile(mode: str) -> None:
     # In state mode every thread's first call raised: before_model ran before any model was seen.
     template = ac.ContextEngine(model="gpt-4o")  # 128k: far more than the model's profile allows

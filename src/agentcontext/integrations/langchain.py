@@ -270,6 +270,7 @@ class _Core:
         self.threads = _Threads(max_threads)
         self._tools_src: tuple[object, ...] = ()
         self._tools_defs: list[dict[str, JSONValue]] = []
+        self._format: tuple[object, list[dict[str, Any]]] = (None, [])
         self._lock = threading.Lock()
         self.last: Prepared | None = None
         self.reports: OrderedDict[str | None, Report] = OrderedDict()
@@ -337,6 +338,18 @@ class _Core:
         if session is None:  # pragma: no cover - the tool exists only with a session
             raise ConfigError("recall needs a session")
         return session
+
+    def format_tools(self, response_format: object) -> list[dict[str, Any]]:
+        """What a structured output format sends (`_format_tools`); the same dicts while it is the same object."""
+        if response_format is None:
+            return []
+        with self._lock:
+            if self._format[0] is response_format:
+                return self._format[1]
+        defs = _format_tools(response_format)
+        with self._lock:
+            self._format = (response_format, defs)
+        return defs
 
     def tool_definitions(self, tools: Sequence[BaseTool | dict[str, Any]]) -> list[dict[str, JSONValue]]:
         """The request's tools as dicts the engine counts; the same dicts while the tools are the same objects."""
@@ -721,6 +734,30 @@ def _tool_definition(tool: object) -> dict[str, JSONValue]:
     return cast("dict[str, JSONValue]", convert_to_openai_tool(cast(BaseTool, tool)))
 
 
+def _format_tools(response_format: object) -> list[dict[str, Any]]:
+    """The tool definitions a structured output format costs: a `ToolStrategy`'s tools, or the JSON schema a
+    `ProviderStrategy` (or an `AutoStrategy`, or a bare schema, which may become either) sends beside them."""
+    from langchain.agents.structured_output import AutoStrategy, ProviderStrategy, ToolStrategy
+
+    if isinstance(response_format, ToolStrategy):
+        specs = list(response_format.schema_specs)
+    elif isinstance(response_format, ProviderStrategy):
+        specs = [response_format.schema_spec]
+    else:
+        schema = response_format.schema if isinstance(response_format, AutoStrategy) else response_format
+        try:
+            specs = list(ToolStrategy(schema).schema_specs)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # not a schema LangChain reads: it would refuse it itself
+            return []
+    return [
+        {
+            "type": "function",
+            "function": {"name": spec.name, "description": spec.description, "parameters": spec.json_schema},
+        }
+        for spec in specs
+    ]
+
+
 def _starts_with(messages: Sequence[Message], ids: tuple[str, ...], skip: int) -> bool:
     """True when ``messages[skip:]`` begins with the messages of ``ids`` (O(len(ids)))."""
     if not ids or len(messages) < len(ids) + skip:
@@ -860,13 +897,19 @@ class ContextMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         tid = _thread_id(request.runtime)
         if self.mode == "state":
             thread = self._core.thread("state", tid, request.messages)
-            thread.system, thread.tools, thread.model = request.system_message, request.tools, request.model
-            if thread.basis is not None and thread.basis == (request.system_message, request.tools):
+            tools = self._tools(request)
+            thread.system, thread.tools, thread.model = request.system_message, tools, request.model
+            if thread.basis is not None and thread.basis == (request.system_message, tools):
                 return False, tid  # before_model counted exactly this request's system prompt and tools
         return True, tid
 
     def _run_args(self, request: ModelRequest[Any], tid: str | None) -> tuple[Any, ...]:
-        return ("request", tid, request.messages, request.system_message, request.tools, request.model)
+        return ("request", tid, request.messages, request.system_message, self._tools(request), request.model)
+
+    def _tools(self, request: ModelRequest[Any]) -> list[BaseTool | dict[str, Any]]:
+        """The request's tools and what its structured output adds, which create_agent binds after the
+        middleware ran: a 4,000-token schema went uncounted and the provider refused the request."""
+        return [*request.tools, *self._core.format_tools(request.response_format)]
 
     @staticmethod
     def _apply(request: ModelRequest[Any], result: _Result) -> ModelRequest[Any]:
