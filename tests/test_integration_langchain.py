@@ -244,6 +244,37 @@ def test_runs_without_a_thread_id_at_once_are_sent_as_each_alone(how: str) -> No
     assert together == alone and compacted_together == compacted
 
 
+def test_a_system_prompt_that_changes_at_every_call_keeps_the_steps_incremental() -> None:
+    # A @dynamic_prompt (a clock, a to-do count) made every call a full pass and a new compaction
+    # (37 compactions against 16 for the same run with a fixed prompt, each a prompt-cache miss).
+    from langchain.agents.middleware import dynamic_prompt
+
+    steps = runs(30, 60)
+
+    def run(dynamic: bool) -> tuple[int, int, list[str]]:
+        calls = itertools.count()
+
+        @dynamic_prompt
+        def prompt(request: Any) -> str:
+            return SYSTEM + f" Current time: 12:{next(calls) if dynamic else 0:02d}."
+
+        engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+        with ProviderServer(window=8_000, policy=tool_loop(steps=steps)) as server:
+            agent = create_agent(
+                chat_model(server), tools=[run_tool(40)], middleware=[prompt, ContextMiddleware(engine)]
+            )
+            agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config(None, steps))
+        assert [r.error for r in server.rejected] == []
+        accepted = [r.body["messages"] for r in server.accepted]
+        breaks = sum(new[1 : len(old)] != old[1:] for old, new in zip(accepted, accepted[1:], strict=False))
+        return compactions(engine), breaks, [m[0]["content"] for m in accepted]
+
+    fixed_compactions, fixed_breaks, _ = run(dynamic=False)
+    compacted, breaks, systems = run(dynamic=True)
+    assert len(set(systems)) == len(systems)  # today's prompt at every call
+    assert (compacted, breaks) == (fixed_compactions, fixed_breaks) and compacted >= 2
+
+
 @pytest.mark.parametrize("mode", ["request", "state"])
 def test_a_structured_output_schema_is_counted(mode: str) -> None:
     # create_agent binds the structured-output tool after the middleware ran: a 4,000-token schema went

@@ -234,6 +234,8 @@ class _Plan:
     engine: Engine
     state: EngineState
     session: Session | None
+    instructions: str | None = None
+    """The system prompt's text, given to the engine beside the messages rather than as their first."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,7 +386,11 @@ class _Core:
                 prepared = plan.session.prepare(tools=plan.tools, fill=self.fill)
             else:
                 prepared = plan.engine.prepare(
-                    plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+                    plan.converted.messages,
+                    tools=plan.tools,
+                    instructions=plan.instructions,
+                    state=plan.state,
+                    fill=self.fill,
                 )
             return self._finish(plan, prepared, tid)
 
@@ -409,7 +415,11 @@ class _Core:
                 prepared = await plan.session.aprepare(tools=plan.tools, fill=self.fill)
             else:
                 prepared = await plan.engine.aprepare(
-                    plan.converted.messages, tools=plan.tools, state=plan.state, fill=self.fill
+                    plan.converted.messages,
+                    tools=plan.tools,
+                    instructions=plan.instructions,
+                    state=plan.state,
+                    fill=self.fill,
                 )
             return self._finish(plan, prepared, tid)
 
@@ -442,9 +452,17 @@ class _Core:
         tools: Sequence[BaseTool | dict[str, Any]],
         model: object,
     ) -> _Plan:
-        """Convert what is new and decide what the engine is given (O(new messages) on a growing history)."""
-        converted = thread.cache.convert(messages, system=system)
+        """Convert what is new and decide what the engine is given (O(new messages) on a growing history).
+
+        Without a session, a system prompt of text goes to the engine as ``instructions``, outside the
+        messages: a prompt that changes at every call (``@dynamic_prompt``: a clock, a to-do count) made
+        every call a full pass and a new compaction. A session logs it as the history's first message.
+        """
         thread.system = cast("SystemMessage | None", system)
+        instructions = _text_of_system(system) if session is None else None
+        if instructions is not None:
+            system = None
+        converted = thread.cache.convert(messages, system=system)
         engine = cast(Engine, session.engine) if session is not None else self.engine_for(model)
         if session is not None:
             _sync_session(thread, session, converted, system is not None)
@@ -458,12 +476,13 @@ class _Core:
             kind=kind,
             thread=thread,
             converted=converted,
-            system=system,
+            system=thread.system,
             messages=messages,
             tools=self.tool_definitions(tools),
             engine=engine,
             state=state,
             session=session,
+            instructions=instructions,
         )
 
     def _finish(self, plan: _Plan, prepared: Prepared, tid: str | None) -> _Result:
@@ -507,9 +526,12 @@ class _Core:
         cache = thread.cache
         converted = [cache.back(m) for m in tail]
         cache.keep_made(m.id for m in tail)
-        if plan.system is None:
+        if plan.system is None or plan.instructions is not None:  # no system message among the converted
             return _Result(
-                system=None, messages=[*plan.messages[:keep], *converted], changed=True, prepared=prepared
+                system=plan.system,
+                messages=[*plan.messages[:keep], *converted],
+                changed=True,
+                prepared=prepared,
             )
         if keep == 0:  # the engine changed the system message itself (only when nothing else could fit)
             system = converted[0] if converted and isinstance(converted[0], SystemMessage) else plan.system
@@ -732,6 +754,18 @@ def _tool_definition(tool: object) -> dict[str, JSONValue]:
         # A provider's built-in tool ({"type": "web_search"...}): counted as its JSON, which errs high.
         return {"name": str(tool.get("type", "tool")), "description": canonical_json(tool)}
     return cast("dict[str, JSONValue]", convert_to_openai_tool(cast(BaseTool, tool)))
+
+
+def _text_of_system(system: BaseMessage | None) -> str | None:
+    """The text of a system message of text only (cache breakpoints on its blocks aside); None otherwise."""
+    if system is None:
+        return None
+    content = system.content
+    if isinstance(content, str):
+        return content
+    if all(isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text") for b in content):
+        return system.text
+    return None
 
 
 def _format_tools(response_format: object) -> list[dict[str, Any]]:
