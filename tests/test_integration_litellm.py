@@ -24,6 +24,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -499,6 +500,50 @@ def test_what_the_hook_did_to_a_request_is_logged(caplog: pytest.LogCaptureFixtu
         r"chat:hash:\w+: [\d,]+ -> [\d,]+ tokens \(budget [\d,]+, level \w+\): .*summarized",
         compacted.getMessage(),
     )
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_a_reply_length_that_changes_between_requests_keeps_one_conversation(
+    sessions: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each max_tokens above the default reserve got its own engine, and the conversation a state per engine:
+    # a client alternating two values switched between lineages, and broke the cached prefix at every
+    # request after the first compaction; with sessions, the session was closed and reopened at each change.
+    def run(alternate: bool) -> tuple[list[int], ContextHook]:
+        hook = ContextHook(
+            window=WINDOW, sessions=f"sqlite:///{tmp_path / f's{alternate}.db'}" if sessions else None
+        )
+        sent = []
+        for step in range(1, 15):
+            data: dict[str, Any] = {
+                "model": "gpt-4o",
+                "messages": long_chat(step),
+                "max_tokens": 1_700 - (100 * (step % 2) if alternate else 0),
+                "proxy_server_request": {"headers": {"x-agentcontext-session": "conv"}},
+            }
+            sent.append(asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))["messages"])
+        breaks = [
+            i
+            for i, (old, new) in enumerate(zip(sent, sent[1:], strict=False), 1)
+            if new[: len(old) - 1] != old[:-1]
+        ]
+        return breaks, hook
+
+    from agentcontext.integrations import litellm as hook_module
+
+    opens: list[str] = []
+    real_open = hook_module._SessionPlace.open
+    monkeypatch.setattr(
+        hook_module._SessionPlace, "open", lambda self, *a: opens.append(a[0]) or real_open(self, *a)
+    )
+    steady, _ = run(alternate=False)
+    breaks, hook = run(alternate=True)
+    assert len(hook._conversations) == 1 and len(hook._engines) == 2
+    assert (
+        steady and len(breaks) <= len(steady) + 1
+    )  # the prefix breaks at compactions only, as with one length
+    assert opens == (["chat:conv", "chat:conv"] if sessions else [])  # one open per run: never reopened
+    hook.close()
 
 
 def test_a_breakpoint_moving_off_the_first_message_keeps_the_conversation() -> None:

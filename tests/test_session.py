@@ -829,6 +829,20 @@ def test_tokens_are_counted_not_zero_after_a_compaction_or_revert(tmp_path: Path
     s.close()
 
 
+def test_a_session_prepares_with_the_engine_it_is_given_next(tmp_path: Path) -> None:
+    # A request asking for a longer reply needs an engine with a larger reserve: the session takes it, as
+    # it is, instead of being closed and reopened (which replayed its log).
+    counter = WordCounter()
+    s = Session.open(tmp_path / "run.jsonl", engine=ContextEngine(window=4_000, reserve=500, counter=counter))
+    s.append(Message(role="user", content="hello there"))
+    assert s.prepare().report.reserve == 500
+    s.engine = ContextEngine(window=4_000, reserve=1_500, counter=counter)
+    assert s.prepare().report.reserve == 1_500 and s.tokens == counter.count_messages(s.view)
+    with pytest.raises(ConfigError, match="engine must implement agentcontext.Engine, got str"):
+        s.engine = "gpt-4o"  # type: ignore[assignment]
+    s.close()
+
+
 def test_usage_feeds_the_counters_calibration(tmp_path: Path) -> None:
     counter = CalibratedCounter(counter_for_tokenizer("o200k_base"))
     engine = ContextEngine(window=128_000, reserve=4_000, counter=counter)

@@ -433,7 +433,7 @@ class ContextHook(CustomLogger):
         self._make_engine = engine or _default_engine
         self._models: dict[str, _Model] = {}
         self._engines: _LRU[tuple[str, int, int], Engine] = _LRU(64)
-        self._conversations: _LRU[tuple[int, str], _Conversation] = _LRU(max_conversations)
+        self._conversations: _LRU[tuple[tuple[str, int], str], _Conversation] = _LRU(max_conversations)
         self._tools: _LRU[str, list[Mapping[str, JSONValue]]] = _LRU(64)
         # The requests prepared and not yet answered, by LiteLLM call id: what their usage is fed against.
         self._sent: _LRU[str, _Sent | None] = _LRU(4096)
@@ -519,7 +519,9 @@ class ContextHook(CustomLogger):
         engine = self._engine(group, api, data)
         fill = self._fill(api, data)
         name = self._name(api, data, scope)
-        conversation = self._conversation(name, id(engine))
+        # Keyed by the model's group and window, not by the engine: a request asking for another reply
+        # length gets another engine (another reserve), and must continue the same conversation.
+        conversation = self._conversation(name, (group, self._models[group].window))
         # One request of a conversation at a time: the fitting runs in a worker thread (below), and the
         # conversation's converted messages and engine state are the previous request's until it is done.
         async with conversation.lock:
@@ -674,6 +676,10 @@ class ContextHook(CustomLogger):
         try:
             opened = await self._open(place, name, engine)
             async with opened.lock:
+                if opened.session.engine is not engine:
+                    # A request with another max_tokens (another reserve): the same session, not reopened
+                    # (which replayed its log at every change).
+                    opened.session.engine = engine
                 prepared = await asyncio.to_thread(
                     _sync_and_prepare, opened, messages, tools, instructions, fill
                 )
@@ -702,20 +708,15 @@ class ContextHook(CustomLogger):
         return prepared, opened
 
     async def _open(self, place: _SessionPlace, name: str, engine: Engine) -> _Open:
-        """The conversation's open session, with ``engine`` (opened, or reopened when it has another)."""
+        """The conversation's open session (opened once; its requests set the engine they need, under its lock)."""
         opened = self._sessions.get(name)
-        if opened is not None and opened.session.engine is engine:
+        if opened is not None:
             return opened
         async with self._opening:  # one open at a time: two requests of a new conversation open it once
             opened = self._sessions.get(name)
-            if opened is not None and opened.session.engine is engine:
-                return opened
-            if opened is not None:  # another engine (a request with another max_tokens): reopen with this one
-                async with opened.lock:
-                    del self._sessions[name]
-                    await asyncio.to_thread(_close, opened)
-            session = await asyncio.to_thread(place.open, name, engine)
-            opened = self._sessions[name] = _Open(session)
+            if opened is None:
+                session = await asyncio.to_thread(place.open, name, engine)
+                opened = self._sessions[name] = _Open(session)
             return opened
 
     # ------------------------------------------------------------------ the conversation
@@ -758,8 +759,8 @@ class ContextHook(CustomLogger):
             name = "hash:" + hashlib.sha256(canonical_json(_identity(api, data)).encode()).hexdigest()
         return f"{api}:{scope}:{name}" if scope else f"{api}:{name}"
 
-    def _conversation(self, name: str, engine: int) -> _Conversation:
-        key = (engine, name)
+    def _conversation(self, name: str, model: tuple[str, int]) -> _Conversation:
+        key = (model, name)
         conversation = self._conversations.get(key)
         if conversation is None:
             conversation = _Conversation()

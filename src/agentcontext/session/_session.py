@@ -1254,8 +1254,21 @@ class Session:
 
     @property
     def engine(self) -> Engine | None:
-        """The engine `prepare` runs, if any."""
+        """The engine `prepare` runs, if any; assign another for the next prepares (below)."""
         return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        """Prepare with ``engine`` from now on: one of the same model with another reply reserve (a request
+        asking for a longer reply), without reopening the session. What the previous engine knew of the view
+        carries over (it is checked on use: a full pass when it does not fit); a counter taken from the old
+        engine is taken from the new one."""
+        if not all(hasattr(engine, name) for name in ("prepare", "aprepare", "counter", "budget")):
+            raise ConfigError(f"engine must implement agentcontext.Engine, got {type(engine).__name__}")
+        with self._prepare_lock, self._log.lock:
+            if self._engine is not None and self._counter is self._engine.counter:
+                self._counter = engine.counter
+            self._engine = engine
 
     @property
     def artifacts(self) -> ArtifactStore:
