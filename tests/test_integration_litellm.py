@@ -20,6 +20,7 @@ count (#6505's fix), and returns its input unchanged on any error.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import re
@@ -72,8 +73,18 @@ def upstream() -> Iterator[ProviderServer]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: ProviderServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    with start_proxy(documented_config(upstream, WINDOW), tmp_path_factory.mktemp("litellm")) as running:
+    config = documented_config(upstream, WINDOW)
+    # Beside the documented groups: one whose deployment sets its reply limit in config.yaml.
+    (gpt5,) = [d for d in config["model_list"] if d["model_name"] == "gpt-5"]
+    capped = copy.deepcopy(gpt5)
+    capped["model_name"] = "gpt-5-capped"
+    capped["litellm_params"]["max_completion_tokens"] = CAPPED_REPLY
+    config["model_list"].append(capped)
+    with start_proxy(config, tmp_path_factory.mktemp("litellm")) as running:
         yield running
+
+
+CAPPED_REPLY = 3_000
 
 
 def sent_since(upstream: ProviderServer, start: int) -> list[Request]:
@@ -365,6 +376,22 @@ def test_unreadable_input_is_forwarded_unchanged_with_one_log_line(
     proxy.post("/v1/chat/completions", {"model": "gpt-5", "messages": long_chat(12)})
     assert_fits(sent_since(upstream, start + 1))
     assert proxy.process.poll() is None
+
+
+def test_a_reply_limit_set_in_the_proxy_config_is_kept_free(proxy: Proxy, upstream: ProviderServer) -> None:
+    # LiteLLM adds the deployment's max_completion_tokens after the hook: a one-shot fit filled the budget
+    # left by the hook's own reserve, and the provider refused prompt plus reply as over the window.
+    messages = long_chat(9)
+    start = len(upstream.requests)
+    proxy.post(
+        "/v1/chat/completions",
+        {"model": "gpt-5-capped", "messages": messages},
+        **{"x-agentcontext-fill": "1"},
+    )
+    (sent,) = sent_since(upstream, start)
+    assert sent.body.get("max_completion_tokens") == CAPPED_REPLY
+    assert sent.error is None and sent.tokens + CAPPED_REPLY <= WINDOW
+    assert len(sent.messages) < len(messages)  # it had to be fitted
 
 
 def test_the_documentation_shows_the_files_the_proxy_ran() -> None:

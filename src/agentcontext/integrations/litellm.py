@@ -350,6 +350,8 @@ class _Model:
 
     window: int
     spec: ModelSpec | None
+    reply: int = 0
+    """The largest reply limit its deployments set in ``litellm_params`` (0: none)."""
 
 
 class ContextHook(CustomLogger):
@@ -850,11 +852,16 @@ class ContextHook(CustomLogger):
                 if spec is not None and spec.context_window == model.window
                 else min(model.window // 4, 16_384)
             )
-        for name in _REPLY_LIMITS[api]:
-            value = data.get(name)
-            if isinstance(value, int) and not isinstance(value, bool):
-                reserve = max(reserve, value)
-                break
+        asked = next(
+            (
+                v
+                for name in _REPLY_LIMITS[api]
+                if isinstance(v := data.get(name), int) and not isinstance(v, bool)
+            ),
+            None,
+        )
+        # What the request asks for; else what the deployment's config sets, which LiteLLM adds after the hook.
+        reserve = max(reserve, asked if asked is not None else model.reply)
         if reserve >= model.window:
             raise _Skip(
                 f"model {group!r}: the reply's {reserve:,} tokens leave nothing of its {model.window:,}-token "
@@ -890,7 +897,14 @@ class ContextHook(CustomLogger):
                 f"model {group!r}: no context window known; set model_info.max_input_tokens for it in the "
                 "proxy's model_list, or the hook's window="
             )
-        return _Model(window=window, spec=spec)
+        replies = [
+            v
+            for d in deployments
+            if isinstance(params := d.get("litellm_params"), Mapping)
+            for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")
+            if isinstance(v := params.get(key), int) and not isinstance(v, bool) and v > 0
+        ]
+        return _Model(window=window, spec=spec, reply=max(replies, default=0))
 
 
 # ----------------------------------------------------------------------------- sessions
