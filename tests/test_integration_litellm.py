@@ -573,6 +573,50 @@ def test_a_reply_length_that_changes_between_requests_keeps_one_conversation(
     hook.close()
 
 
+def test_the_conversations_kept_are_bounded_in_memory_not_only_in_number() -> None:
+    # 1,024 conversations were kept whatever their size: about 4 times each request body, 1.6 GB for
+    # 420 kB histories, and a proxy serving long agent sessions could be killed for its memory.
+    import gc
+    import tracemalloc
+
+    line = "some tool output line with a path /src/module/file.py:123 and a value 0xdeadbeef\n"
+
+    def history(k: int) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": f"task {k}"},
+        ]
+        for i in range(100):
+            call = {"id": f"c{k}_{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"{k}/{i} " + line * 12})
+        return messages
+
+    cap = 4 * 1024 * 1024
+    hook = ContextHook(window=400_000, reserve=16_000, max_conversation_bytes=cap, artifacts=False)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for k in range(30):  # about 500 kB kept each: 15 MB without the bound
+            data: dict[str, Any] = {"model": "gpt-5", "messages": history(k)}
+            asyncio.run(hook.async_pre_call_hook(None, None, data, "acompletion"))
+            del data
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert 1 <= len(hook._conversations) < 30
+    assert held < 2 * cap, f"{held / 1e6:.1f} MB held for a {cap / 1e6:.1f} MB bound"
+    assert hook._conversations.weight <= cap
+    newest = [name for _model, name in hook._conversations]
+    assert newest[-1] == _name_of(history(29))  # the most recent stays
+
+
+def _name_of(messages: list[dict[str, Any]]) -> str:
+    hook = ContextHook(window=400_000)
+    return hook._name("chat", {"messages": messages})
+
+
 def test_a_breakpoint_moving_off_the_first_message_keeps_the_conversation() -> None:
     # Cline and Roo Code put a cache breakpoint on their newest user messages: the first one has it in the
     # first request and not after. The chat route hashed it with its breakpoint, and split the conversation.

@@ -205,12 +205,19 @@ _MISSING = object()
 
 
 class _LRU(MutableMapping[_K, _V]):
-    """A dict that forgets its least recently used entries past ``size`` (``evicted`` is told of each)."""
+    """A dict that forgets its least recently used entries past ``size`` entries, or past ``max_weight`` in
+    all when weighed (`weigh`); ``evicted`` is told of each."""
 
-    def __init__(self, size: int, evicted: Callable[[_V], None] | None = None) -> None:
+    def __init__(
+        self, size: int, evicted: Callable[[_V], None] | None = None, *, max_weight: int | None = None
+    ) -> None:
         self._data: OrderedDict[_K, _V] = OrderedDict()
         self._size = size
         self._evicted = evicted
+        self._max_weight = max_weight
+        self._weights: dict[_K, int] = {}
+        self.weight = 0
+        """The weights of the entries, in all."""
 
     def __getitem__(self, key: _K) -> _V:
         value = self._data[key]
@@ -221,12 +228,26 @@ class _LRU(MutableMapping[_K, _V]):
         self._data[key] = value
         self._data.move_to_end(key)
         while len(self._data) > self._size:
-            _, old = self._data.popitem(last=False)
-            if self._evicted is not None:
-                self._evicted(old)
+            self._evict()
 
     def __delitem__(self, key: _K) -> None:
         del self._data[key]
+        self.weight -= self._weights.pop(key, 0)
+
+    def weigh(self, key: _K, weight: int) -> None:
+        """Set ``key``'s weight; the least recently used other entries go while the whole is over the limit."""
+        self.weight += weight - self._weights.get(key, 0)
+        self._weights[key] = weight
+        while (
+            self._max_weight is not None and self.weight > self._max_weight and next(iter(self._data)) != key
+        ):
+            self._evict()
+
+    def _evict(self) -> None:
+        key, old = self._data.popitem(last=False)
+        self.weight -= self._weights.pop(key, 0)
+        if self._evicted is not None:
+            self._evicted(old)
 
     def __iter__(self) -> Iterator[_K]:
         return iter(self._data)
@@ -254,6 +275,19 @@ class _Conversation:
     cache: MutableMapping[str, str] = field(default_factory=lambda: _LRU(4096))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the request being fitted."""
+    weighed: tuple[int, str | None, int] = (0, None, 0)
+    """(messages weighed, the last one's id, their weight): `weight` adds only what is new."""
+
+    def weight(self, msgs: Sequence[Message]) -> int:
+        """About what the hook holds for this conversation of ``msgs``, in bytes: its client's dicts, their
+        canonical messages and the engine's state come to about four bytes a character of history (measured)."""
+        n, last, total = self.weighed
+        if n > len(msgs) or (n and msgs[n - 1].id != last):  # rewritten (ids are chained): weigh it all again
+            n, total = 0, 0
+        for m in msgs[n:]:
+            total += 4 * (len(m.text) + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)) + 512
+        self.weighed = (len(msgs), msgs[-1].id if msgs else None, total)
+        return total
 
 
 @dataclass(eq=False)
@@ -365,6 +399,10 @@ class ContextHook(CustomLogger):
         model: the agentcontext model name whose tokenizer counts every request
             (default: the one the group's name or deployment resolves to, else an estimator).
         max_conversations: how many conversations' states to keep (least recently used forgotten).
+        max_conversation_bytes: about how much memory they may hold in all (default 512 MiB),
+            estimated from their histories' length; the least recently used are forgotten first
+            (the next request of one costs a full pass). Without it, 1,024 conversations of
+            Claude Code's size held about 4 GB.
         header: the request header naming a conversation.
         engine: builds the engine for a ``(model group, window, reserve)``, for engine options
             (a summarizer, thresholds...); default ``ContextEngine(spec, window=, reserve=)``.
@@ -397,6 +435,7 @@ class ContextHook(CustomLogger):
         reserve: int | None = None,
         model: str | None = None,
         max_conversations: int = 1024,
+        max_conversation_bytes: int = 512 * 1024 * 1024,
         header: str = SESSION_HEADER,
         engine: Callable[[ModelSpec | None, int, int], Engine] | None = None,
         sessions: str | os.PathLike[str] | None = None,
@@ -419,7 +458,11 @@ class ContextHook(CustomLogger):
         for name, value in (("window", window), ("reserve", reserve)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"{name} must be a non-negative int (tokens) or None, got {value!r}")
-        for name, value in (("max_conversations", max_conversations), ("max_sessions", max_sessions)):
+        for name, value in (
+            ("max_conversations", max_conversations),
+            ("max_conversation_bytes", max_conversation_bytes),
+            ("max_sessions", max_sessions),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
         if sessions is None:
@@ -435,7 +478,9 @@ class ContextHook(CustomLogger):
         self._make_engine = engine or _default_engine
         self._models: dict[str, _Model] = {}
         self._engines: _LRU[tuple[str, int, int], Engine] = _LRU(64)
-        self._conversations: _LRU[tuple[tuple[str, int], str], _Conversation] = _LRU(max_conversations)
+        self._conversations: _LRU[tuple[tuple[str, int], str], _Conversation] = _LRU(
+            max_conversations, max_weight=max_conversation_bytes
+        )
         self._tools: _LRU[str, list[Mapping[str, JSONValue]]] = _LRU(64)
         # The requests prepared and not yet answered, by LiteLLM call id: what their usage is fed against.
         self._sent: _LRU[str, _Sent | None] = _LRU(4096)
@@ -523,11 +568,13 @@ class ContextHook(CustomLogger):
         name = self._name(api, data, scope)
         # Keyed by the model's group and window, not by the engine: a request asking for another reply
         # length gets another engine (another reserve), and must continue the same conversation.
-        conversation = self._conversation(name, (group, self._models[group].window))
+        held = ((group, self._models[group].window), name)
+        conversation = self._conversation(*held)
         # One request of a conversation at a time: the fitting runs in a worker thread (below), and the
         # conversation's converted messages and engine state are the previous request's until it is done.
         async with conversation.lock:
             messages, instructions = self._convert(api, data, conversation)
+            self._conversations.weigh(held, conversation.weight(messages))
             tools = self._tool_definitions(data.get("tools"))
             out: Sequence[Message] | None = None
             if self.sessions is not None:
@@ -761,7 +808,7 @@ class ContextHook(CustomLogger):
             name = "hash:" + hashlib.sha256(canonical_json(_identity(api, data)).encode()).hexdigest()
         return f"{api}:{scope}:{name}" if scope else f"{api}:{name}"
 
-    def _conversation(self, name: str, model: tuple[str, int]) -> _Conversation:
+    def _conversation(self, model: tuple[str, int], name: str) -> _Conversation:
         key = (model, name)
         conversation = self._conversations.get(key)
         if conversation is None:
