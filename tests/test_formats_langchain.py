@@ -206,7 +206,7 @@ def test_stale_marker_is_kept_but_not_trusted() -> None:
         (
             ChatMessage(content="x", role="critic"),
             "type",
-            "SystemMessage, HumanMessage, AIMessage and ToolMessage",
+            "a ChatMessage's role must be one of",
         ),
         ({"role": "user", "content": "x"}, "type", "convert_to_messages"),
         (
@@ -248,6 +248,30 @@ def test_what_langchain_cannot_carry_is_refused() -> None:
         lc.from_message(foreign)
     with pytest.raises(InvalidConversationError):
         lc.from_messages([Message(role="tool", tool_call_id="nowhere", content="orphan")])
+
+
+def test_chat_messages_and_plain_subclasses_convert_and_come_back_as_themselves() -> None:
+    # LangChain and its chat models take a ChatMessage(role="user") or a subclass of HumanMessage; the
+    # middleware refused both, saying the message "has no provider role".
+    from langchain_core.messages import ChatMessage
+
+    class Tagged(HumanMessage):
+        pass
+
+    class Rich(HumanMessage):
+        tag: str = "x"
+
+    history: list[BaseMessage] = [ChatMessage(role="user", content="hi", id="c1"), AIMessage("ok", id="a1")]
+    history.append(Tagged("more", id="t1"))
+    cache = lc.MessageCache()
+    converted = cache.convert(history)
+    assert [m.role for m in converted.messages] == ["user", "assistant", "user"]
+    assert [cache.back(m) for m in converted.messages] == history  # unchanged: the very objects
+    assert all(cache.back(m) is h for m, h in zip(converted.messages, history, strict=True))
+    with pytest.raises(
+        InvalidMessageError, match=r"message 0, field 'type': .*fields \['tag'\] would be lost"
+    ):
+        lc.MessageCache().convert([Rich("x")])
 
 
 # ----------------------------------------------------------------------------- the cache

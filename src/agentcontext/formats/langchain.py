@@ -75,6 +75,7 @@ try:
         AIMessage,
         BaseMessage,
         BaseMessageChunk,
+        ChatMessage,
         HumanMessage,
         SystemMessage,
         ToolMessage,
@@ -260,18 +261,40 @@ class _Fields:
             raise at(e, index=index) from None
 
 
+_CHAT_ROLES: Mapping[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "developer": "system",
+}
+"""The roles of a `ChatMessage` a provider reads as one of its own."""
+
+
 def _role_of(lc: object, index: int | None) -> Role:
-    role = _ROLES.get(
-        cast("type[BaseMessage]", type(lc))
-    )  # exact classes: a subclass would not come back as itself
+    role = _ROLES.get(cast("type[BaseMessage]", type(lc)))
     if role is not None:
         return role
     if isinstance(lc, BaseMessageChunk):
         hint = "; merge the chunks and convert with langchain_core.messages.message_chunk_to_message first"
+    elif isinstance(lc, ChatMessage):
+        chat_role = _CHAT_ROLES.get(lc.role)
+        if chat_role is not None:
+            return chat_role  # comes back as itself while unchanged; rewritten, as the class of its role
+        hint = f"; a ChatMessage's role must be one of {sorted(_CHAT_ROLES)}, got {lc.role!r}"
     elif isinstance(lc, BaseMessage):
+        # A subclass comes back as itself while unchanged, and as its base class when agentcontext rewrote
+        # it: only one that adds no field of its own, so that a rewrite loses nothing.
+        base = next((cls for cls in _ROLES if isinstance(lc, cls)), None)
+        if base is not None and set(type(lc).model_fields) == set(base.model_fields):
+            return _ROLES[base]
         hint = (
-            "; agentcontext converts SystemMessage, HumanMessage, AIMessage and ToolMessage "
-            f"(a {lc.type!r} message has no provider role it could keep)"
+            f"; its fields {sorted(set(type(lc).model_fields) - set(base.model_fields))} would be lost were it "
+            f"rewritten: convert it to a {base.__name__} first"
+            if base is not None
+            else "; agentcontext converts SystemMessage, HumanMessage, AIMessage, ToolMessage and ChatMessage "
+            "(user, assistant or system), and their subclasses"
         )
     elif isinstance(lc, Mapping | tuple | str):
         hint = "; convert message-like dicts, tuples and strings with langchain_core.messages.convert_to_messages first"
