@@ -126,18 +126,16 @@ import re
 import sys
 import time
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlencode
 
 from .._api import feed_usage
 from .._report import Report
 from .._thresholds import check_fill
 from ..artifacts import ArtifactStore, MemoryArtifactStore
-from ..cli._reporting import describe_fallback, fallbacks, summary_line
 from ..engine import ContextEngine, Engine, EngineState, Prepared
 from ..exceptions import (
     AgentContextError,
@@ -154,6 +152,7 @@ from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
 from ..models import ESTIMATE_MARGIN, ModelSpec, get
 from ..tokens import CalibratedCounter, counter_for_tokenizer
+from ._common import LRU, log_report
 from ._follow import Follower
 
 if TYPE_CHECKING:
@@ -199,62 +198,6 @@ _REPLY_LIMITS: Mapping[Api, tuple[str, ...]] = {
     "responses": ("max_output_tokens",),
 }
 
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-_MISSING = object()
-
-
-class _LRU(MutableMapping[_K, _V]):
-    """A dict that forgets its least recently used entries past ``size`` entries, or past ``max_weight`` in
-    all when weighed (`weigh`); ``evicted`` is told of each."""
-
-    def __init__(
-        self, size: int, evicted: Callable[[_V], None] | None = None, *, max_weight: int | None = None
-    ) -> None:
-        self._data: OrderedDict[_K, _V] = OrderedDict()
-        self._size = size
-        self._evicted = evicted
-        self._max_weight = max_weight
-        self._weights: dict[_K, int] = {}
-        self.weight = 0
-        """The weights of the entries, in all."""
-
-    def __getitem__(self, key: _K) -> _V:
-        value = self._data[key]
-        self._data.move_to_end(key)
-        return value
-
-    def __setitem__(self, key: _K, value: _V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._size:
-            self._evict()
-
-    def __delitem__(self, key: _K) -> None:
-        del self._data[key]
-        self.weight -= self._weights.pop(key, 0)
-
-    def weigh(self, key: _K, weight: int) -> None:
-        """Set ``key``'s weight; the least recently used other entries go while the whole is over the limit."""
-        self.weight += weight - self._weights.get(key, 0)
-        self._weights[key] = weight
-        while (
-            self._max_weight is not None and self.weight > self._max_weight and next(iter(self._data)) != key
-        ):
-            self._evict()
-
-    def _evict(self) -> None:
-        key, old = self._data.popitem(last=False)
-        self.weight -= self._weights.pop(key, 0)
-        if self._evicted is not None:
-            self._evicted(old)
-
-    def __iter__(self) -> Iterator[_K]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
 
 class _Skip(Exception):
     """The request is forwarded unchanged; the message says why (logged as one line)."""
@@ -272,7 +215,7 @@ class _Conversation:
     messages: list[Message] = field(default_factory=list)
     converter: responses.ResponsesConverter | None = None
     state: EngineState = field(default_factory=EngineState.new)
-    cache: MutableMapping[str, str] = field(default_factory=lambda: _LRU(4096))
+    cache: MutableMapping[str, str] = field(default_factory=lambda: LRU(4096))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the request being fitted."""
     weighed: tuple[int, str | None, int] = (0, None, 0)
@@ -468,7 +411,7 @@ class ContextHook(CustomLogger):
         if sessions is None:
             sessions = os.environ.get(SESSIONS_ENV) or None
         self.sessions = _SessionPlace.of(sessions) if sessions is not None else None
-        self._sessions: _LRU[str, _Open] = _LRU(max_sessions, evicted=_close)
+        self._sessions: LRU[str, _Open] = LRU(max_sessions, evicted=_close)
         self._store_retry_at = 0.0
         self._opening = asyncio.Lock()
         self.window = window
@@ -477,13 +420,13 @@ class ContextHook(CustomLogger):
         self.header = header.lower()
         self._make_engine = engine or _default_engine
         self._models: dict[str, _Model] = {}
-        self._engines: _LRU[tuple[str, int, int], Engine] = _LRU(64)
-        self._conversations: _LRU[tuple[tuple[str, int], str], _Conversation] = _LRU(
+        self._engines: LRU[tuple[str, int, int], Engine] = LRU(64)
+        self._conversations: LRU[tuple[tuple[str, int], str], _Conversation] = LRU(
             max_conversations, max_weight=max_conversation_bytes
         )
-        self._tools: _LRU[str, list[Mapping[str, JSONValue]]] = _LRU(64)
+        self._tools: LRU[str, list[Mapping[str, JSONValue]]] = LRU(64)
         # The requests prepared and not yet answered, by LiteLLM call id: what their usage is fed against.
-        self._sent: _LRU[str, _Sent | None] = _LRU(4096)
+        self._sent: LRU[str, _Sent | None] = LRU(4096)
 
     async def async_pre_call_hook(  # LiteLLM calls it with these keywords
         self,
@@ -1134,28 +1077,8 @@ def _header(data: Mapping[str, Any], name: str) -> str | None:
 
 
 def _log_report(api: Api, name: str, report: Report) -> None:
-    """What the engine did to a request, on the ``agentcontext.litellm`` logger: a repair of the client's
-    history as a warning, each naming what it changed (the provider would have refused the request, and the
-    client's bug is worth seeing), a compaction as one info line, a summarizer that gave way as a warning.
-    A request that needed nothing logs nothing."""
-    if not report.actions:
-        return
-    where = f"agentcontext: {_ROUTES[api]} request of conversation {name}"
-    repairs = [a.reason for a in report.actions if a.kind == "repaired"]
-    if repairs:
-        logger.warning("%s: its history was repaired before it was sent: %s", where, "; ".join(repairs))
-    if report.compacted:
-        logger.info(
-            "%s: %s -> %s tokens (budget %s, level %s): %s",
-            where,
-            f"{report.tokens_before:,}",
-            f"{report.tokens_after:,}",
-            f"{report.budget:,}",
-            report.final_level.label,
-            summary_line(report),
-        )
-    for action in fallbacks(report.actions):
-        logger.warning("%s: %s", where, describe_fallback(action))
+    """What the engine did to a request, on the ``agentcontext.litellm`` logger (`log_report`)."""
+    log_report(logger, f"agentcontext: {_ROUTES[api]} request of conversation {name}", report)
 
 
 def _scope(auth: object, data: Mapping[str, Any]) -> str | None:

@@ -56,11 +56,10 @@ import asyncio
 import functools
 import logging
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .._api import feed_usage
 from .._report import Report
@@ -77,6 +76,7 @@ from ..formats import responses
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message, safe_split_points
 from ..session import Session
+from ._common import LRU
 
 try:
     from agents import Agent, FunctionTool, ModelResponse, RunConfig, RunContextWrapper, RunHooks
@@ -94,46 +94,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentContextSession", "ModelInputFilter", "UsageHooks", "call_model_input_filter"]
 
 _log = logging.getLogger("agentcontext")
-
-
-_MISSING = object()
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _LRU(MutableMapping[_K, _V]):
-    """A dict that forgets its least recently used entries past ``size``."""
-
-    def __init__(self, size: int) -> None:
-        self._data: OrderedDict[_K, _V] = OrderedDict()
-        self._size = size
-
-    def __getitem__(self, key: _K) -> _V:
-        value = self._data[key]
-        self._data.move_to_end(key)
-        return value
-
-    def get(self, key: _K, default: Any = None) -> Any:
-        value = self._data.get(key, _MISSING)
-        if value is _MISSING:
-            return default
-        self._data.move_to_end(key)
-        return value
-
-    def __setitem__(self, key: _K, value: _V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._size:
-            self._data.popitem(last=False)
-
-    def __delitem__(self, key: _K) -> None:
-        del self._data[key]
-
-    def __iter__(self) -> Iterator[_K]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 def _items_of(dicts: list[responses.ResponseItem]) -> list[TResponseInputItem]:
@@ -156,7 +116,7 @@ class _Conversation:
     seen: list[object] = field(default_factory=list)
     """The last input's items (their objects: a growing input shares them)."""
     state: EngineState = field(default_factory=EngineState.new)
-    cache: MutableMapping[str, str] = field(default_factory=lambda: _LRU(4096))
+    cache: MutableMapping[str, str] = field(default_factory=lambda: LRU(4096))
 
 
 class ModelInputFilter:
@@ -175,7 +135,7 @@ class ModelInputFilter:
         self.fill = check_fill(fill)
         self.engine = engine
         self._key = key
-        self._conversations: _LRU[str, _Conversation] = _LRU(max_conversations)
+        self._conversations: LRU[str, _Conversation] = LRU(max_conversations)
         self._tools: tuple[tuple[FunctionTool, ...], list[dict[str, JSONValue]]] = ((), [])
         self._session: AgentContextSession | None = None
         """The session whose conversation this filter fits (set by `AgentContextSession`): usage goes to its log."""
@@ -421,7 +381,7 @@ class AgentContextSession:
         )
         self._filter._session = self
         self.fill = self._filter.fill
-        self._cache: MutableMapping[str, str] = _LRU(4096)
+        self._cache: MutableMapping[str, str] = LRU(4096)
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     # ------------------------------------------------------------------ the SDK's Session protocol
