@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import subprocess
@@ -195,6 +196,176 @@ def test_a_streamed_run_fits_too() -> None:
     assert check_responses({"model": "m", "input": history})[0] is None
 
 
+def test_handoffs_and_a_structured_output_are_counted(api: str, server: ProviderServer) -> None:
+    # The SDK sends each handoff as a transfer_to_... tool, and the output type's schema beside the input;
+    # only the function tools were counted, and a run with ten handoffs went over the window.
+    from agents import AgentOutputSchema
+    from pydantic import BaseModel, Field
+
+    class Verdict(BaseModel):
+        """What the engineer concludes."""
+
+        cause: str = Field(description="The root cause of the failure, " + "in the engineer's words. " * 20)
+        fix: str = Field(description="What was changed to fix it, " + "file by file and line by line. " * 20)
+
+    about = (
+        "Specialist for " + "database migrations, schema evolution, index tuning and replication lag. " * 25
+    )
+    steps = 10
+
+    async def main() -> AgentContextSession:
+        session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+        async with client_for(server) as client:
+            model = agent(server, api, client).model
+            specialists = [
+                Agent(name=f"spec{i}", instructions="Help.", handoff_description=about, model=model)
+                for i in range(10)
+            ]
+            a = Agent(
+                name="engineer",
+                instructions=INSTRUCTIONS,
+                tools=[run],
+                handoffs=specialists,
+                output_type=Verdict,
+                model=model,
+            )
+            server.policy = tool_loop(steps=steps, final=json.dumps({"cause": "a typo", "fix": "fixed it"}))
+            out = await Runner.run(
+                a,
+                "Fix the failing test.",
+                session=session,
+                run_config=session.run_config(),
+                max_turns=steps + 5,
+            )
+        assert out.final_output == Verdict(cause="a typo", fix="fixed it")
+        return session
+
+    session = asyncio.run(main())
+    assert [r.error for r in server.requests if r.error] == []
+    assert len(server.requests[0].body["tools"]) == 11
+    counter = ac.counter_for("gpt-4o")
+    schema = counter.count_text(json.dumps(AgentOutputSchema(Verdict).json_schema()))
+    report = session.call_model_input_filter.last
+    assert report is not None and report.tool_tokens > 10 * counter.count_text(about) + schema
+
+
+def test_two_runs_at_once_on_one_session_each_keep_their_own_state() -> None:
+    # The session's filter had one slot: each call of one run reset the other's state (a full pass), and
+    # emergency compactions went from 1 to 6.
+    def per_task() -> Any:
+        turns: dict[str | None, int] = {}
+
+        def policy(request: Request) -> Reply:
+            task = request.latest_user_text()
+            turns[task] = turns.get(task, 0) + 1
+            return (
+                Reply(tool_calls=[("run", {"step": turns[task]})]) if turns[task] <= 6 else Reply(text="done")
+            )
+
+        return policy
+
+    def extending(requests: list[Request]) -> int:
+        items = [r.items for r in requests]
+        return sum(new[: len(old)] == old for old, new in zip(items, items[1:], strict=False))
+
+    async def main(together: bool) -> tuple[dict[str | None, int], int]:
+        e = ac.ContextEngine(model="gpt-4o", window=8_000, reserve=RESERVE)
+        with ProviderServer(window=8_000, reasoning=True) as server:
+            session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=e))
+            async with client_for(server) as client:
+                a = Agent(
+                    name="engineer",
+                    instructions=INSTRUCTIONS,
+                    tools=[run],
+                    model=OpenAIResponsesModel("gpt-4o", client),
+                )
+                server.policy = per_task()
+                runs = [
+                    Runner.run(a, task, session=session, run_config=session.run_config(), max_turns=12)
+                    for task in ("Task A", "Task B")
+                ]
+                if together:
+                    await asyncio.gather(*runs)
+                else:
+                    for r in runs:
+                        await r
+            assert [r.error for r in server.requests if r.error] == []
+            by_task: dict[str | None, list[Request]] = {}
+            for r in server.requests:
+                by_task.setdefault(r.latest_user_text(), []).append(r)
+        return {t: extending(rs) for t, rs in by_task.items()}, e.stats.compactions["emergency"]
+
+    alone, alone_emergencies = asyncio.run(main(together=False))
+    together, emergencies = asyncio.run(main(together=True))
+    assert together["Task A"] >= alone["Task B"] - 1 and together["Task B"] >= alone["Task B"] - 1
+    assert emergencies <= alone_emergencies
+
+
+def test_a_continued_server_conversation_is_sent_as_it_is_and_what_the_filter_did_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # With previous_response_id or conversation_id the SDK sends only what follows the server's response: the
+    # call's output came first, was taken for an orphan and rewritten as text, and every tool step was a 400.
+    # And nothing the filter repaired or compacted was said anywhere.
+    from agents.run_config import CallModelData, ModelInputData
+
+    flt = call_model_input_filter(engine())
+    a = Agent(name="engineer", instructions=INSTRUCTIONS, tools=[run])
+    delta = [{"type": "function_call_output", "call_id": "call_held_by_server", "output": "step 0 output"}]
+    data = CallModelData(
+        model_data=ModelInputData(input=delta, instructions=INSTRUCTIONS), agent=a, context=None
+    )  # type: ignore[arg-type]
+    out = asyncio.run(flt(data))
+    assert out.input == delta and flt.last is None  # as it came: the server holds its call
+    broken = [
+        {"role": "user", "content": "Here is the output you asked for."},
+        {"type": "function_call_output", "call_id": "call_gone", "output": "important"},
+        {"role": "user", "content": "What does it say?"},
+    ]
+    data = CallModelData(
+        model_data=ModelInputData(input=broken, instructions=INSTRUCTIONS), agent=a, context=None
+    )  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="agentcontext.openai_agents"):
+        out = asyncio.run(flt(data))
+    assert "important" in json.dumps(out.input) and flt.last is not None
+    (record,) = [r for r in caplog.records if r.name == "agentcontext.openai_agents"]
+    assert record.levelno == logging.WARNING and "tool result for 'call_gone'" in record.getMessage()
+
+
+def test_get_items_counts_what_the_last_call_sent_beside_the_history() -> None:
+    # The SDK gives get_items no agent: it fitted the history alone, and a run whose instructions took half
+    # the window went over as soon as it used the session without its run_config.
+    rules = "Follow the house rules carefully. " * 520  # about 3,100 tokens
+
+    def history() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+        for i in range(5):
+            items += [
+                {"type": "function_call", "call_id": f"c{i}", "name": "run", "arguments": f'{{"step": {i}}}'},
+                {"type": "function_call_output", "call_id": f"c{i}", "output": "ok " * 600},
+            ]
+        return items
+
+    async def main() -> None:
+        with ProviderServer(window=WINDOW) as server:
+            session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+            async with client_for(server) as client:
+                a = Agent(
+                    name="engineer",
+                    instructions=rules,
+                    tools=[run],
+                    model=OpenAIResponsesModel("gpt-4o", client),
+                )
+                server.policy = tool_loop(steps=0, final="ok")
+                await Runner.run(a, "Hello.", session=session, run_config=session.run_config())
+                await session.add_items(history())  # type: ignore[arg-type]
+                await Runner.run(a, "Now summarise.", session=session)  # the session alone, no filter
+            assert [r.error for r in server.requests if r.error] == []
+            assert server.requests[-1].tokens <= WINDOW
+
+    asyncio.run(main())
+
+
 def test_without_agentcontext_the_same_run_overflows(api: str, server: ProviderServer) -> None:
     """The control: the run above, with the SDK's own session and no filter, is rejected by the server."""
 
@@ -366,8 +537,9 @@ def test_pop_and_clear_are_recorded_never_destructive(tmp_path: Path) -> None:
             assert await session.get_items() == items
             assert await session.pop_item() == items[3]
             assert await session.get_items() == items[:3]
+            # The call goes with the reasoning that led to it: alone, reasoning cannot be sent (a lone
+            # reasoning item became a made-up "empty" assistant turn, sent at every later call).
             assert await session.pop_item() == items[2]
-            assert await session.pop_item() == items[1]
             assert await session.get_items() == items[:1]
             await session.add_items([{"role": "user", "content": "again"}])  # type: ignore[arg-type]
         with ac.Session.open(path, engine=engine()) as inner:  # restored from the log

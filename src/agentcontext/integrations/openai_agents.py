@@ -76,10 +76,21 @@ from ..formats import responses
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message, safe_split_points
 from ..session import Session
-from ._common import LRU
+from ._common import LRU, log_report
 
 try:
-    from agents import Agent, FunctionTool, ModelResponse, RunConfig, RunContextWrapper, RunHooks
+    from agents import (
+        Agent,
+        AgentOutputSchema,
+        AgentOutputSchemaBase,
+        FunctionTool,
+        Handoff,
+        ModelResponse,
+        RunConfig,
+        RunContextWrapper,
+        RunHooks,
+        handoff,
+    )
     from agents.memory import SessionSettings
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as e:  # pragma: no cover - exercised without the extra installed
@@ -94,6 +105,42 @@ if TYPE_CHECKING:
 __all__ = ["AgentContextSession", "ModelInputFilter", "UsageHooks", "call_model_input_filter"]
 
 _log = logging.getLogger("agentcontext")
+logger = logging.getLogger("agentcontext.openai_agents")
+
+
+def _continues_on_server(items: Sequence[object]) -> bool:
+    """Whether ``items`` open with the output of a call they do not hold: what the SDK sends after a response
+    the server keeps (``previous_response_id``, ``conversation_id``). An output without its call later in
+    a history is the client's bug, repaired and reported; first, it answers the server's last response."""
+    first = items[0] if items else None
+    if not isinstance(first, Mapping) or not str(first.get("type", "")).endswith("_output"):
+        return False
+    call_id = first.get("call_id")
+    return not any(
+        isinstance(i, Mapping)
+        and i.get("call_id") == call_id
+        and not str(i.get("type", "")).endswith("_output")
+        for i in items
+    )
+
+
+def _function(name: str, description: str | None, parameters: Mapping[str, Any]) -> dict[str, JSONValue]:
+    return cast(
+        "dict[str, JSONValue]",
+        {"type": "function", "name": name, "description": description or "", "parameters": dict(parameters)},
+    )
+
+
+def _output_schema(output_type: object) -> AgentOutputSchemaBase | None:
+    """The schema a structured ``output_type`` sends (None for plain text), as the SDK builds it."""
+    if output_type is None or output_type is str:
+        return None
+    schema = (
+        output_type
+        if isinstance(output_type, AgentOutputSchemaBase)
+        else AgentOutputSchema(cast("type[Any]", output_type))
+    )
+    return None if schema.is_plain_text() else schema
 
 
 def _items_of(dicts: list[responses.ResponseItem]) -> list[TResponseInputItem]:
@@ -136,14 +183,23 @@ class ModelInputFilter:
         self.engine = engine
         self._key = key
         self._conversations: LRU[str, _Conversation] = LRU(max_conversations)
-        self._tools: tuple[tuple[FunctionTool, ...], list[dict[str, JSONValue]]] = ((), [])
+        self._tools: tuple[tuple[object, ...], list[dict[str, JSONValue]]] = ((), [])
         self._session: AgentContextSession | None = None
         """The session whose conversation this filter fits (set by `AgentContextSession`): usage goes to its log."""
+        self.last: Report | None = None
+        """The report of the latest call this filter prepared (any conversation); each is also logged on the
+        ``agentcontext.openai_agents`` logger: repairs as warnings, compactions as one info line."""
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Prepare ``data.model_data.input`` (the instructions counted, never changed)."""
         items = list(data.model_data.input)
         instructions = data.model_data.instructions
+        if _continues_on_server(items):
+            # The history is the server's (previous_response_id, conversation_id): these items follow it,
+            # and fitting them as a whole conversation rewrote the call's output as text (a 400 at every
+            # tool step). They go as they are; the server holds what came before.
+            _log.debug("agentcontext: the input continues a conversation the server holds: sent unchanged")
+            return ModelInputData(input=items, instructions=instructions)
         conversation = self._conversation(data, items)
         messages = self._convert(conversation, items)
         prepared = await self.engine.aprepare(
@@ -154,6 +210,10 @@ class ModelInputFilter:
             fill=self.fill,
         )
         conversation.state = prepared.state
+        self.last = prepared.report
+        log_report(logger, "agentcontext: a model call's input", prepared.report)
+        if self._session is not None:  # what the session's get_items counts beside the history next time
+            self._session._beside = (self._tool_definitions(data), instructions or None)
         fitted = _items_of(
             responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
         )
@@ -190,20 +250,31 @@ class ModelInputFilter:
         return conversation.converter.messages()
 
     def _tool_definitions(self, data: CallModelData[Any]) -> list[dict[str, JSONValue]]:
-        """The agent's function tools as the engine counts them (the same dicts while the tools are the same)."""
-        tools = tuple(t for t in getattr(data.agent, "tools", ()) if isinstance(t, FunctionTool))
+        """What the SDK sends beside the input, as the engine counts it: the agent's function tools, its
+        handoffs (each a ``transfer_to_...`` tool) and its structured output's schema (the same dicts while
+        they are the same objects). A run with ten handoffs went over the window: they were not counted."""
+        agent = data.agent
+        tools = tuple(
+            t
+            for t in getattr(agent, "tools", ())
+            if isinstance(t, FunctionTool) and t.is_enabled is not False
+        )
+        handoffs = tuple(getattr(agent, "handoffs", ()))
+        output = getattr(agent, "output_type", None)
+        sources = (*tools, *handoffs, output)
         cached, definitions = self._tools
-        if len(cached) != len(tools) or any(a is not b for a, b in zip(cached, tools, strict=True)):
-            definitions = [
-                {
-                    "type": "function",
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.params_json_schema,
-                }
-                for t in tools
-            ]
-            self._tools = (tools, definitions)
+        if len(cached) != len(sources) or any(a is not b for a, b in zip(cached, sources, strict=True)):
+            definitions = [_function(t.name, t.description, t.params_json_schema) for t in tools]
+            for item in handoffs:
+                h = item if isinstance(item, Handoff) else handoff(item) if isinstance(item, Agent) else None
+                if h is not None and h.is_enabled is not False:
+                    definitions.append(_function(h.tool_name, h.tool_description, h.input_json_schema))
+            schema = _output_schema(output)
+            if schema is not None:
+                definitions.append(
+                    _function(schema.name(), "the run's structured output", schema.json_schema())
+                )
+            self._tools = (sources, definitions)
         return definitions
 
     async def _record_usage(self, report: Report, response: ModelResponse, model: str | None) -> None:
@@ -376,10 +447,17 @@ class AgentContextSession:
         self.session = session
         self.session_id = session_id if session_id is not None else session.id
         self.session_settings = session_settings
+        # One state per run (the task the SDK runs it in): two runs at once on this session, or an agent
+        # used as a tool (it inherits the run config), reset each other's state at every call.
         self._filter = ModelInputFilter(
-            engine, key=lambda _data: self.session_id, max_conversations=1, fill=fill
+            engine,
+            key=lambda _data: f"{self.session_id}:{id(asyncio.current_task())}",
+            max_conversations=8,
+            fill=fill,
         )
         self._filter._session = self
+        self._beside: tuple[list[dict[str, JSONValue]] | None, str | None] = (None, None)
+        """The tools and instructions the last model call sent beside the history (counted by `get_items`)."""
         self.fill = self._filter.fill
         self._cache: MutableMapping[str, str] = LRU(4096)
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -398,7 +476,10 @@ class AgentContextSession:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise UsageError(f"limit must be an int >= 0 or None, got {limit!r}")
         async with self._lock():
-            prepared = await self.session.aprepare(fill=self.fill)
+            # What the last call sent beside the history counts too (the SDK gives get_items no agent):
+            # without it, a session used without its run_config() fitted the history alone, and went over.
+            tools, instructions = self._beside
+            prepared = await self.session.aprepare(tools=tools, instructions=instructions, fill=self.fill)
             messages = list(prepared.messages)[: prepared.state.length]
             if limit is None:
                 return _items_of(responses.from_messages(messages, validate=False, cache=self._cache))
@@ -429,7 +510,9 @@ class AgentContextSession:
 
         Recorded as a rewind of the view's last message (`Session.rewind`); when
         that message held more than the popped item (a model turn's reasoning,
-        text and calls), the rest is appended again. Nothing is deleted.
+        text and calls), the rest is appended again, except reasoning left alone:
+        it cannot be sent without the items it led to, so it goes with the last
+        of them. Nothing is deleted.
         """
         async with self._lock():
             view = self.session.view
@@ -438,6 +521,10 @@ class AgentContextSession:
                 return None
             items = responses.from_messages([view[n - 1]], validate=False)
             popped, rest = items[-1], items[:-1]
+            if all(item.get("type") == "reasoning" for item in rest):
+                # Reasoning is nothing without the items it led to: kept alone, it became a made-up
+                # "empty" assistant turn sent at every later call (and the next pop returned it).
+                rest = []
             await asyncio.to_thread(self.session.rewind, n - 1)
             if rest:
                 previous = view[n - 2].id if n > 1 else None
