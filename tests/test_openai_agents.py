@@ -366,6 +366,53 @@ def test_get_items_counts_what_the_last_call_sent_beside_the_history() -> None:
     asyncio.run(main())
 
 
+def test_the_filter_bounds_the_memory_its_conversations_hold() -> None:
+    # Finished conversations were kept at about 7 times their size until 1,024 others pushed them out.
+    import gc
+    import tracemalloc
+
+    from agents.run_config import CallModelData, ModelInputData
+
+    def items(k: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"role": "user", "content": f"task {k}"}]
+        for i in range(40):
+            out += [
+                {
+                    "type": "function_call",
+                    "call_id": f"c{k}_{i}",
+                    "name": "run",
+                    "arguments": f'{{"step": {i}}}',
+                },
+                {
+                    "type": "function_call_output",
+                    "call_id": f"c{k}_{i}",
+                    "output": f"{k}/{i} " + "log line " * 120,
+                },
+            ]
+        return out
+
+    cap = 2 * 1024 * 1024
+    flt = call_model_input_filter(
+        ac.ContextEngine(model="gpt-4o", window=400_000), max_conversation_bytes=cap
+    )
+    a = Agent(name="engineer", instructions=INSTRUCTIONS, tools=[run])
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for k in range(40):  # about 250 kB held each: 10 MB without the bound
+            data = CallModelData(
+                model_data=ModelInputData(input=items(k), instructions=INSTRUCTIONS), agent=a, context=None
+            )  # type: ignore[arg-type]
+            asyncio.run(flt(data))
+            del data
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert 1 <= len(flt._conversations) < 40 and flt._conversations.weight <= cap
+    assert held < 2 * cap, f"{held / 1e6:.1f} MB held for a {cap / 1e6:.1f} MB bound"
+
+
 def test_without_agentcontext_the_same_run_overflows(api: str, server: ProviderServer) -> None:
     """The control: the run above, with the SDK's own session and no filter, is rejected by the server."""
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import TypeVar, overload
 
 from .._report import Report
 from ..cli._reporting import describe_fallback, fallbacks, summary_line
+from ..messages import Message
 
-__all__ = ["LRU", "log_report"]
+__all__ = ["LRU", "Weight", "log_report"]
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -104,3 +105,25 @@ def log_report(logger: logging.Logger, where: str, report: Report) -> None:
         )
     for action in fallbacks(report.actions):
         logger.warning("%s: %s", where, describe_fallback(action))
+
+
+class Weight:
+    """About how much memory an integration holds for one conversation, in bytes, kept up to date in O(new).
+
+    The client's items or dicts, their canonical messages and the engine's state come to about four bytes a
+    character of history (measured on the LiteLLM hook and the Agents SDK filter). Ids are chained (each
+    derived from the ones before), so a history whose last weighed message is still in place only grew.
+    """
+
+    def __init__(self) -> None:
+        self._n, self._last, self._total = 0, "", 0
+
+    def of(self, messages: Sequence[Message]) -> int:
+        """The weight of ``messages`` (what is new since the last call added, or all of it after a rewrite)."""
+        n, total = self._n, self._total
+        if n > len(messages) or (n and messages[n - 1].id != self._last):
+            n, total = 0, 0
+        for m in messages[n:]:
+            total += 4 * (len(m.text) + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)) + 512
+        self._n, self._last, self._total = len(messages), messages[-1].id if messages else "", total
+        return total

@@ -152,7 +152,7 @@ from ..formats._common import canonical_json
 from ..messages import JSONValue, Message
 from ..models import ESTIMATE_MARGIN, ModelSpec, get
 from ..tokens import CalibratedCounter, counter_for_tokenizer
-from ._common import LRU, log_report
+from ._common import LRU, Weight, log_report
 from ._follow import Follower
 
 if TYPE_CHECKING:
@@ -218,19 +218,8 @@ class _Conversation:
     cache: MutableMapping[str, str] = field(default_factory=lambda: LRU(4096))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the request being fitted."""
-    weighed: tuple[int, str | None, int] = (0, None, 0)
-    """(messages weighed, the last one's id, their weight): `weight` adds only what is new."""
-
-    def weight(self, msgs: Sequence[Message]) -> int:
-        """About what the hook holds for this conversation of ``msgs``, in bytes: its client's dicts, their
-        canonical messages and the engine's state come to about four bytes a character of history (measured)."""
-        n, last, total = self.weighed
-        if n > len(msgs) or (n and msgs[n - 1].id != last):  # rewritten (ids are chained): weigh it all again
-            n, total = 0, 0
-        for m in msgs[n:]:
-            total += 4 * (len(m.text) + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)) + 512
-        self.weighed = (len(msgs), msgs[-1].id if msgs else None, total)
-        return total
+    weight: Weight = field(default_factory=Weight)
+    """About how much memory it holds (`max_conversation_bytes`)."""
 
 
 @dataclass(eq=False)
@@ -517,7 +506,7 @@ class ContextHook(CustomLogger):
         # conversation's converted messages and engine state are the previous request's until it is done.
         async with conversation.lock:
             messages, instructions = self._convert(api, data, conversation)
-            self._conversations.weigh(held, conversation.weight(messages))
+            self._conversations.weigh(held, conversation.weight.of(messages))
             tools = self._tool_definitions(data.get("tools"))
             out: Sequence[Message] | None = None
             if self.sessions is not None:

@@ -76,7 +76,7 @@ from ..formats import responses
 from ..formats._common import canonical_json
 from ..messages import JSONValue, Message, safe_split_points
 from ..session import Session
-from ._common import LRU, log_report
+from ._common import LRU, Weight, log_report
 
 try:
     from agents import (
@@ -164,6 +164,8 @@ class _Conversation:
     """The last input's items (their objects: a growing input shares them)."""
     state: EngineState = field(default_factory=EngineState.new)
     cache: MutableMapping[str, str] = field(default_factory=lambda: LRU(4096))
+    weight: Weight = field(default_factory=Weight)
+    """About how much memory it holds (``max_conversation_bytes``)."""
 
 
 class ModelInputFilter:
@@ -175,14 +177,22 @@ class ModelInputFilter:
         *,
         key: Callable[[CallModelData[Any]], str] | None = None,
         max_conversations: int = 1024,
+        max_conversation_bytes: int = 512 * 1024 * 1024,
         fill: bool | float = False,
     ) -> None:
-        if not (isinstance(max_conversations, int) and max_conversations > 0):
-            raise ConfigError(f"max_conversations must be a positive int, got {max_conversations!r}")
+        for name, value in (
+            ("max_conversations", max_conversations),
+            ("max_conversation_bytes", max_conversation_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
         self.fill = check_fill(fill)
         self.engine = engine
         self._key = key
-        self._conversations: LRU[str, _Conversation] = LRU(max_conversations)
+        # Bounded by memory too: finished conversations were kept at about 7 times their size, 1,024 of them.
+        self._conversations: LRU[str, _Conversation] = LRU(
+            max_conversations, max_weight=max_conversation_bytes
+        )
         self._tools: tuple[tuple[object, ...], list[dict[str, JSONValue]]] = ((), [])
         self._session: AgentContextSession | None = None
         """The session whose conversation this filter fits (set by `AgentContextSession`): usage goes to its log."""
@@ -200,8 +210,9 @@ class ModelInputFilter:
             # tool step). They go as they are; the server holds what came before.
             _log.debug("agentcontext: the input continues a conversation the server holds: sent unchanged")
             return ModelInputData(input=items, instructions=instructions)
-        conversation = self._conversation(data, items)
+        key, conversation = self._conversation(data, items)
         messages = self._convert(conversation, items)
+        self._conversations.weigh(key, conversation.weight.of(messages))
         prepared = await self.engine.aprepare(
             messages,
             tools=self._tool_definitions(data),
@@ -222,13 +233,15 @@ class ModelInputFilter:
         _SENT.set(_Sent(owner=self, report=prepared.report, items=list(fitted)))
         return ModelInputData(input=fitted, instructions=instructions)
 
-    def _conversation(self, data: CallModelData[Any], items: list[TResponseInputItem]) -> _Conversation:
+    def _conversation(
+        self, data: CallModelData[Any], items: list[TResponseInputItem]
+    ) -> tuple[str, _Conversation]:
         key = self._key(data) if self._key is not None else (canonical_json(items[0]) if items else "")
         conversation: _Conversation | None = self._conversations.get(key)
         if conversation is None:
             conversation = _Conversation(converter=responses.ResponsesConverter(unknown="keep"))
             self._conversations[key] = conversation
-        return conversation
+        return key, conversation
 
     @staticmethod
     def _convert(conversation: _Conversation, items: list[TResponseInputItem]) -> list[Message]:
@@ -312,6 +325,7 @@ def call_model_input_filter(
     *,
     key: Callable[[CallModelData[Any]], str] | None = None,
     max_conversations: int = 1024,
+    max_conversation_bytes: int = 512 * 1024 * 1024,
     fill: bool | float = False,
 ) -> ModelInputFilter:
     """A ``RunConfig.call_model_input_filter`` that keeps every model call inside ``engine``'s window.
@@ -319,14 +333,17 @@ def call_model_input_filter(
     Before each model call it converts the input items to canonical messages
     (`agentcontext.formats.responses`), puts the instructions in front as a
     system message (counted, kept, and handed back unchanged), counts the
-    agent's function tools, prepares with the engine and writes the result back
-    as items. The SDK keeps its own full history; only what is sent is fitted.
+    agent's function tools, handoffs and output schema, prepares with the engine and
+    writes the result back as items. The SDK keeps its own full history; only what
+    is sent is fitted.
 
     Args:
         engine: the engine (a `ContextEngine`, or anything implementing `Engine`).
         key: the conversation a call belongs to (default: its first input item), so
             that each conversation keeps its own `EngineState` and a step costs O(new items).
         max_conversations: how many conversations' states to keep (least recently used dropped).
+        max_conversation_bytes: about how much memory they may hold in all (default 512 MiB,
+            estimated from their length; least recently used dropped first).
         fill: ``False`` (default): compact down to the engine's target, so that the prompt prefix
             stays the same for many calls (a running agent). ``True``, or a share of the budget such
             as ``0.9``: a one-shot fit that compacts only when over the budget and then fills it.
@@ -337,7 +354,13 @@ def call_model_input_filter(
     >>> from agents import RunConfig                                                     # doctest: +SKIP
     >>> run_config = RunConfig(call_model_input_filter=call_model_input_filter(engine))  # doctest: +SKIP
     """
-    return ModelInputFilter(engine, key=key, max_conversations=max_conversations, fill=fill)
+    return ModelInputFilter(
+        engine,
+        key=key,
+        max_conversations=max_conversations,
+        max_conversation_bytes=max_conversation_bytes,
+        fill=fill,
+    )
 
 
 # ----------------------------------------------------------------------------- usage
