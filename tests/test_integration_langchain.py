@@ -457,6 +457,43 @@ def test_a_session_follows_a_thread_that_removed_messages_or_went_back_to_a_chec
     assert "my password is hunter2" in logged  # the log keeps it (the session's own record, recallable)
 
 
+def test_a_restarted_state_mode_thread_with_a_session_is_followed_without_undoing_anything(
+    tmp_path: Path,
+) -> None:
+    # In state mode the graph state holds the summaries the session wrote: after a restart the session's
+    # view and the thread's history agree, and following it must neither undo a compaction nor rewind.
+    from agentcontext.session import RewindRecord, UndoRecord
+
+    saver = InMemorySaver()
+
+    def make(server: ProviderServer) -> tuple[ContextMiddleware, Any]:
+        engine = ac.ContextEngine(model="gpt-4o", window=8_000)
+        context = ContextMiddleware(
+            mode="state", session=lambda tid: Session.open(tmp_path / f"{tid}.jsonl", engine=engine)
+        )
+        return context, create_agent(
+            chat_model(server),
+            tools=[run_tool(40)],
+            system_prompt=SYSTEM,
+            middleware=[context],
+            checkpointer=saver,
+        )
+
+    with ProviderServer(window=8_000, policy=tool_loop(steps=16)) as server:
+        context, agent = make(server)
+        agent.invoke({"messages": [{"role": "user", "content": "build"}]}, config("t", 16))
+        context.close()
+        context, agent = make(server)  # a new process: the same checkpoint and session file
+        server.policy = tool_loop(steps=3)
+        agent.invoke({"messages": [{"role": "user", "content": "status after restart"}]}, config("t", 3))
+        context.close()
+    assert [r.error for r in server.rejected] == []
+    with Session.open(tmp_path / "t.jsonl") as session:
+        records = list(session.records())
+        assert any(r.compacted for r in session.compactions)
+    assert not [r for r in records if isinstance(r, UndoRecord | RewindRecord)]
+
+
 def test_recall_reads_the_running_threads_session_and_shows_the_model_only_its_own_arguments() -> None:
     # With a session per thread (``session=`` a function), recall must read the thread's session: the
     # tool's config parameter was annotated ``RunnableConfig | None``, which LangChain neither injects

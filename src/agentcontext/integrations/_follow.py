@@ -133,6 +133,11 @@ class Follower:
             kind = kind_of(m)
             if m.role == "system" and kind is None:
                 continue  # the session keeps the system prompt it began with; a request sends today's
+            if (
+                m.id in ids
+            ):  # the client holds this very message (a summary or placeholder written back to it)
+                represented.setdefault(m.id, q)
+                continue
             if kind in _NOTES:
                 covered = self._covered(m)
                 if any(c not in ids for c in covered):
