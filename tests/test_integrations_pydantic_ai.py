@@ -34,6 +34,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     TextPart,
+    ThinkingPart,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -201,6 +202,54 @@ def test_a_history_rewritten_between_runs_is_converted_again() -> None:
     assert len(second.all_messages()) == 4
 
 
+def test_a_message_the_user_replaced_between_runs_is_never_sent_again() -> None:
+    # Only the first and last messages were checked to be the ones converted before: a tool return the
+    # user redacted (replaced by a new object) in the middle of the history went out as it was.
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    capability = ContextCapability(engine)
+
+    async def go(agent: Agent[None, str]) -> None:
+        async with agent:
+            first = await agent.run(TASK, usage_limits=NO_LIMIT)
+            history = first.all_messages()
+            returns = [
+                (i, p) for i, m in enumerate(history) for p in m.parts if isinstance(p, ToolReturnPart)
+            ]
+            i, part = returns[-2]  # a recent one, kept verbatim by the compaction of the next request
+            redacted = dataclasses.replace(part, content="[redacted]")
+            history[i] = dataclasses.replace(
+                history[i], parts=[redacted if p is part else p for p in history[i].parts]
+            )
+            await agent.run("Now say you are done.", message_history=history, usage_limits=NO_LIMIT)
+
+    with ProviderServer(window=12_000, policy=reader(10)) as server:
+        asyncio.run(go(make_agent(server, capability)))
+    assert server.rejected == []
+    assert engine.stats.total_compactions >= 1
+    sent = json.dumps(server.requests[-1].messages)
+    assert "[redacted]" in sent and "src/file_8.py:0:" not in sent
+
+
+def test_replies_that_differ_only_in_their_thinking_are_counted_each_at_its_size() -> None:
+    # The thinking was not in the message's id, and counts are kept by id: the second reply was counted at
+    # the first one's size (43 tokens for 7,691), and the provider refused the request.
+    def history(thinking: str) -> list[ModelMessage]:
+        return [
+            ModelRequest(parts=[UserPromptPart("What is 2+2?")]),
+            ModelResponse(parts=[ThinkingPart(thinking), TextPart("4")]),
+            ModelRequest(parts=[UserPromptPart("And 3+3?")]),
+        ]
+
+    short, long = (
+        pai.to_messages(history("easy.")),
+        pai.to_messages(history("Let me think carefully. " * 2_000)),
+    )
+    assert short[1].id != long[1].id
+    engine = ac.ContextEngine(model="gpt-4o", window=128_000)
+    small = engine.prepare(short).report.tokens_before
+    assert engine.prepare(long).report.tokens_before > small + 8_000
+
+
 def test_concurrent_conversations_keep_their_own_state() -> None:
     engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
     capability = ContextCapability(engine)
@@ -287,6 +336,26 @@ def test_a_history_that_cannot_be_converted_fails_the_run_clearly() -> None:
         with pytest.raises(InvalidMessageError, match=r"message 0, field 'parts\[1\].content'.*surrogate"):
             run(make_agent(server, ContextCapability(engine)), "bad \ud800 text")
     assert server.requests == []  # nothing was sent
+
+
+def test_a_tool_return_pydantic_ai_cannot_serialize_is_named() -> None:
+    class Thing:
+        pass
+
+    engine = ac.ContextEngine(model="gpt-4o", window=12_000, reserve=1_500)
+    with ProviderServer(window=12_000, policy=reader(1)) as server:
+        agent = make_agent(server, ContextCapability(engine))
+
+        @agent.tool_plain
+        def thing() -> Any:
+            """Return a thing."""
+            return Thing()
+
+        server.policy = tool_loop(steps=1, tool="thing", final="ok", args=lambda i: {})
+        with pytest.raises(
+            InvalidMessageError, match=r"message 2, field 'parts\[0\].content': tool 'thing' returned"
+        ):
+            run(agent, "Get the thing.")
 
 
 # ----------------------------------------------------------------------------- the peers' bugs

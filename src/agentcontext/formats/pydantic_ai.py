@@ -148,7 +148,16 @@ def _request_fields(part: object, *, index: int | None, field: str, warn: bool =
         if isinstance(part.content, str) and part.outcome == "success":
             text = part.content  # what model_response_str_and_user_content gives, without the work
         else:
-            text, files = part.model_response_str_and_user_content()
+            try:
+                text, files = part.model_response_str_and_user_content()
+            except (ValueError, TypeError) as e:  # pydantic's serialization error is a ValueError
+                fail(
+                    f"tool {part.tool_name!r} returned what Pydantic AI cannot serialize for the model "
+                    f"({type(e).__name__}: {e}); return text, JSON data or files",
+                    index=index,
+                    field=f"{field}.content",
+                )
+            files = [f for f in files if not isinstance(f, str)]  # the labels Pydantic AI puts before each
             if files and warn:
                 _warn_not_counted(
                     index, f"{len(files)} file(s) returned by tool {part.tool_name!r} ({field})"
@@ -374,6 +383,11 @@ class Piece:
             fields.extend([getattr(p, "part_kind", "?") for p in self.parts[start:end]])
             for c in self.tool_calls:
                 fields += (c.id, c.name, c.arguments)
+            # The thinking it carries is counted (and sent back): two replies with one text and another
+            # thinking are two messages, or the second is counted at the first one's size (ids key counts).
+            thinking = self.reasoning()
+            if thinking:
+                fields.append(canonical_json(thinking))
             # Each field prefixed with its length, so no two lists of fields give the same payload.
             payload = "".join([f"{len(f)}:{f}" for f in fields])
             mid = derive_id(previous, payload)
@@ -386,7 +400,12 @@ class Piece:
                 name=self.name,
                 id=mid,
                 metadata=marker["metadata"] if marker is not None else {},
-                extra=MappingProxyType(_Extra(functools.partial(self.layout, index), self.reasoning())),
+                extra=MappingProxyType(
+                    _Extra(
+                        functools.partial(self.layout, index),
+                        self.reasoning() if marker is not None else thinking,
+                    )
+                ),
             )
         except InvalidMessageError as e:
             raise at(e, index=index, field=self._part_field(e.field)) from None

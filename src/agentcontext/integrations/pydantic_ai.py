@@ -51,6 +51,7 @@ prefix, so provider prompt caches keep hitting.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,9 +170,9 @@ class _Conversation:
         n = len(self.objs)
         if same is not None:
             self._truncate(same)
-        elif n and not (
-            len(history) >= n and history[n - 1] is self.objs[n - 1] and history[0] is self.objs[0]
-        ):
+        elif n and not (len(history) >= n and all(map(operator.is_, history[:n], self.objs))):
+            # Every message checked (pointer compares): a message the user replaced between runs (a secret
+            # redacted in a tool return) was taken for the one converted before, and the old one was sent.
             k, limit = 0, min(n, len(history))
             while k < limit and history[k] is self.objs[k]:
                 k += 1
