@@ -305,6 +305,46 @@ def test_tool_definitions_and_instructions_are_counted() -> None:
     assert all(long_text in json.dumps(r.body) for r in server.requests)
 
 
+def test_a_prompted_output_schema_is_counted() -> None:
+    # Pydantic AI adds a PromptedOutput's schema to the instructions after the capability has counted them:
+    # a 120-field schema went uncounted and the provider refused the request (8,786 tokens in 8,000).
+    from pydantic import Field, create_model
+    from pydantic_ai import PromptedOutput
+
+    fields: dict[str, Any] = {
+        f"field_{i}": (
+            str,
+            Field(description=f"The value of metric {i}, with its unit and a short justification"),
+        )
+        for i in range(120)
+    }
+    report = create_model("AuditReport", **fields)
+    engine = ac.ContextEngine(model="gpt-4o", window=8_000, reserve=1_000)
+    capability = ContextCapability(engine)
+    steps = itertools.count()
+
+    def policy(request: Request) -> Reply:
+        i = next(steps)
+        if i < 25:
+            return Reply(tool_calls=[("read", {"path": f"src/file_{i}.py"})])
+        return Reply(text=json.dumps(dict.fromkeys(fields, "x")))
+
+    with ProviderServer(window=8_000, policy=policy) as server:
+        agent = make_agent(server, capability, output_lines=80)
+        out = run_agent_with_output(agent, PromptedOutput(report))
+    assert type(out).__name__ == "AuditReport"
+    assert [r.error for r in server.requests if r.error] == []
+    assert capability.last is not None and capability.last.report.instruction_tokens > 3_000
+
+
+def run_agent_with_output(agent: Agent[None, str], output_type: Any) -> Any:
+    async def go() -> Any:
+        async with agent:
+            return (await agent.run(TASK, output_type=output_type, usage_limits=NO_LIMIT)).output
+
+    return asyncio.run(go())
+
+
 def test_a_reasoning_models_thinking_sent_back_is_counted_so_every_request_fits() -> None:
     # A reasoning model behind an OpenAI-compatible API (DeepSeek, Kimi, Qwen, vLLM) returns its
     # reasoning as ``reasoning_content``; Pydantic AI keeps it as a ThinkingPart and sends it back with

@@ -51,6 +51,7 @@ prefix, so provider prompt caches keep hitting.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -74,6 +75,7 @@ from ..messages import JSONValue, Message
 try:
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.profiles import DEFAULT_PROMPTED_OUTPUT_TEMPLATE
     from pydantic_ai.tools import (
         RunContext,
     )  # resolved at run time: Pydantic AI reads the processor's signature
@@ -366,7 +368,7 @@ class _Definitions:
     change: the engine counts a list of definitions once, recognised by identity), and its instructions."""
 
     def __init__(self) -> None:
-        self._key: tuple[list[Any], list[Any]] | None = None
+        self._key: tuple[list[Any], list[Any], object] | None = None
         self._dicts: list[Mapping[str, JSONValue]] = []
 
     def of(self, params: ModelRequestParameters | None) -> tuple[list[Mapping[str, JSONValue]], str | None]:
@@ -375,8 +377,19 @@ class _Definitions:
         function_tools = list(params.function_tools)
         output_tools = list(params.output_tools)
         parts = params.instruction_parts or []
-        instructions = "\n\n".join(p.content for p in parts if p.content) or None
-        key = (function_tools, output_tools)
+        texts = [p.content for p in parts if p.content]
+        # Structured output sent as text or as a response format: the model adds it after this hook (in
+        # `Model.prepare_request`), so it is counted here as it will be sent. A PromptedOutput's 3,000-token
+        # schema went uncounted and the provider refused the request.
+        output = params.output_object if params.output_mode in ("prompted", "native") else None
+        if output is not None and params.output_mode == "prompted":
+            if params.prompted_output_template is None:  # the model sets its default later, as here
+                params = dataclasses.replace(
+                    params, prompted_output_template=DEFAULT_PROMPTED_OUTPUT_TEMPLATE
+                )
+            texts.append(params.prompted_output_instructions or "")
+        instructions = "\n\n".join(texts) or None
+        key = (function_tools, output_tools, output if params.output_mode == "native" else None)
         if self._key != key:
             self._dicts = [
                 {
@@ -389,6 +402,17 @@ class _Definitions:
                 }
                 for t in [*function_tools, *output_tools]
             ]
+            if output is not None and params.output_mode == "native":  # the response format's schema
+                self._dicts.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": output.name or "output",
+                            "description": output.description or "",
+                            "parameters": output.json_schema,
+                        },
+                    }
+                )
             self._key = key
         return self._dicts, instructions
 
