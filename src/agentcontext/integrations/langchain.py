@@ -61,7 +61,7 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 
@@ -199,12 +199,6 @@ def _key(kind: str, tid: str | None, messages: Sequence[BaseMessage]) -> tuple[o
     if tid is not None:
         return (kind, tid)
     return (kind, None, messages[0].id if messages else None)
-
-
-@contextlib.contextmanager
-def _held(lock: threading.Lock) -> Iterator[None]:
-    with lock:
-        yield
 
 
 @contextlib.asynccontextmanager
@@ -378,7 +372,7 @@ class _Core:
     ) -> _Result:
         """Prepare one model call of a thread; ``history``: first feed the last call's usage from the history."""
         thread, session, lock = self._turn(kind, tid, messages)
-        with _held(lock):
+        with lock:
             if history:
                 self.feed_from_history(kind, tid, messages)
             plan = self._plan(kind, thread, session, messages, system, tools, model)
@@ -611,14 +605,12 @@ class _Core:
         """Append to the thread's session what the run added since its last model call (its final answer)."""
         if self._session is None:
             return
-        key = _key(kind, tid, messages)
-        thread = self.threads.peek(key)
-        if thread is None:
-            return
+        if self.threads.peek(_key(kind, tid, messages)) is None:
+            return  # no model call of this run was seen: nothing of it to log
         thread, session, lock = self._turn(kind, tid, messages)
         if session is None:
             return
-        with _held(lock):
+        with lock:
             converted = thread.cache.convert(messages, system=thread.system)
             _sync_session(thread, session, converted, thread.system is not None)
 

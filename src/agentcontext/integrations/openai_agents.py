@@ -213,9 +213,10 @@ class ModelInputFilter:
         key, conversation = self._conversation(data, items)
         messages = self._convert(conversation, items)
         self._conversations.weigh(key, conversation.weight.of(messages))
+        tools = self._tool_definitions(data)
         prepared = await self.engine.aprepare(
             messages,
-            tools=self._tool_definitions(data),
+            tools=tools,
             instructions=instructions or None,
             state=conversation.state,
             fill=self.fill,
@@ -224,7 +225,7 @@ class ModelInputFilter:
         self.last = prepared.report
         log_report(logger, "agentcontext: a model call's input", prepared.report)
         if self._session is not None:  # what the session's get_items counts beside the history next time
-            self._session._beside = (self._tool_definitions(data), instructions or None)
+            self._session._beside = (tools, instructions or None)
         fitted = _items_of(
             responses.from_messages(list(prepared.messages), validate=False, cache=conversation.cache)
         )
