@@ -37,11 +37,14 @@ counted tokens and the verdict, for assertions.
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 import json
 import math
+import re
 import struct
 import threading
+import wave
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -515,6 +518,55 @@ def _texts(content: Any) -> Iterator[str]:
                     yield from _texts(block.get("content"))
 
 
+PDF_PAGE_BILL = 2_400
+"""What the server bills a PDF page: about what Claude bills a page of text (measured 2,330-2,480)."""
+
+
+def _file_tokens(content: Any) -> int:
+    """What the files in a content list cost, as a provider reads them (decoded, never as base64 text).
+
+    The server's own reading, apart from agentcontext's: a PDF by its ``/Type /Page`` objects at
+    `PDF_PAGE_BILL` each, a text file by its text, a WAV by its length at 10 tokens a second; a file
+    given by id or URL is not billed (the server does not have it).
+    """
+    total = 0
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "tool_result":
+            total += _file_tokens(block.get("content"))
+            continue
+        media, raw = None, None
+        if kind == "file" and isinstance(block.get("file"), dict):
+            raw = block["file"].get("file_data")
+        elif kind == "input_file":
+            raw = block.get("file_data")
+        elif kind == "input_audio" and isinstance(block.get("input_audio"), dict):
+            media, raw = "audio/wav", block["input_audio"].get("data")
+        elif kind == "document" and isinstance(block.get("source"), dict):
+            source = block["source"]
+            if source.get("type") == "text":
+                total += count_text(str(source.get("data", "")))
+                continue
+            if source.get("type") == "base64":
+                media, raw = source.get("media_type"), source.get("data")
+        if not isinstance(raw, str):
+            continue
+        if raw.startswith("data:"):
+            head, _, raw = raw[5:].partition(",")
+            media = head.split(";")[0]
+        data = base64.b64decode(raw)
+        if media == "application/pdf" or data.startswith(b"%PDF"):
+            total += PDF_PAGE_BILL * max(1, len(re.findall(rb"/Type\s*/Page[^s]", data)))
+        elif media is not None and media.startswith("audio/"):
+            with wave.open(io.BytesIO(data)) as w:
+                total += math.ceil(w.getnframes() / w.getframerate() * 10)
+        else:
+            total += count_text(data.decode("utf-8", errors="replace"))
+    return total
+
+
 def _tool_tokens(tools: Any) -> int:
     if not isinstance(tools, list) or not tools:
         return 0
@@ -545,7 +597,7 @@ def _check_openai(body: Any) -> tuple[str | None, int]:
             return f"messages[{i}].role: invalid value {role!r}", tokens
         content = m.get("content")
         text = "\n".join(_texts(content))
-        tokens += 3 + count_text(role) + count_text(text)
+        tokens += 3 + count_text(role) + count_text(text) + _file_tokens(content)
         # Reasoning sent back beside the content is read, and billed (DeepSeek, Kimi, Qwen, vLLM, OpenRouter).
         tokens += sum(
             count_text(m[k]) for k in ("reasoning_content", "reasoning") if isinstance(m.get(k), str)
@@ -627,6 +679,9 @@ def _check_anthropic(body: Any) -> tuple[str | None, int]:
             elif kind == "tool_result":
                 results.add(block.get("tool_use_id"))
                 tokens += sum(count_text(t) for t in _texts(block.get("content")))
+                tokens += _file_tokens(block.get("content"))
+            elif kind == "document":
+                tokens += _file_tokens([block])
             else:
                 tokens += count_text(json.dumps(block))
         tokens += 3

@@ -3,7 +3,7 @@
 - `openai_conversations`: lists of OpenAI Chat Completions dicts that are valid
   (every call answered, unique ids, a user first, nothing empty where a provider
   rejects it) and exercise the format: parallel calls answered in any order,
-  string vs list-of-parts content, images (URL and data URL, with and without
+  string vs list-of-parts content, files (PDF, text, by id, audio), images (URL and data URL, with and without
   ``detail``), ``name`` on any role, CJK and emoji text, ``""`` content where
   legal (tool results, an assistant that only calls tools), ``developer``
   messages, extra keys (``refusal``, ``reasoning_content``), arguments that are
@@ -26,7 +26,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from agentcontext.messages import FilePart, ImagePart, Message, TextPart, ToolCall
 
 JSON = Any  # test-only alias: hypothesis draws are untyped
 
@@ -78,6 +78,35 @@ image_urls = st.one_of(
     ),
 )
 details = st.sampled_from([None, "auto", "low", "high"])
+_PDF = "JVBERi0xLjQKMSAwIG9iaiA8PCAvVHlwZSAvUGFnZSA+PiBlbmRvYmoK"  # %PDF-1.4, one page object
+_file_names = st.one_of(st.none(), st.sampled_from(["report.pdf", "notes.txt", "规格.pdf"]))
+openai_file_parts = st.one_of(
+    st.builds(lambda n: {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{_PDF}", **n}},
+              st.sampled_from([{}, {"filename": "report.pdf"}])),
+    st.builds(lambda i: {"type": "file", "file": {"file_id": f"file-{i}"}}, st.integers(0, 99)),
+    st.builds(lambda f: {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": f}},
+              st.sampled_from(["wav", "mp3"])),
+)  # fmt: skip
+"""OpenAI file and audio parts (user messages only)."""
+file_parts = st.builds(
+    lambda url, name: FilePart(url=url, name=name),
+    st.sampled_from(
+        [
+            f"data:application/pdf;base64,{_PDF}",
+            "data:text/plain;base64,aGVsbG8gd29ybGQ=",
+            "openai-file-id:file-7",
+        ]
+    ),
+    _file_names,
+)
+"""Canonical files both the OpenAI and the Anthropic formats carry exactly."""
+anthropic_file_parts = st.one_of(
+    file_parts.filter(lambda f: not f.url.startswith("openai-file-id:")),
+    st.builds(lambda n: FilePart(url="https://example.com/spec.pdf", name=n), _file_names),
+    st.builds(lambda n: FilePart(url="anthropic-file-id:file_01", name=n), _file_names),
+    st.builds(lambda n: FilePart(url="data:text/plain,Step%203%20prints%20DONE.", name=n), _file_names),
+)
+"""Canonical files the Anthropic format carries exactly (documents: in user messages and tool results)."""
 
 _json_leaves = st.one_of(
     st.none(),
@@ -135,6 +164,7 @@ def openai_user_messages(draw: Callable[..., Any]) -> JSON:
         content: JSON = draw(nonblank_texts)
     else:
         parts = _text_parts(draw, min_size=0) + [_image_part(draw) for _ in range(draw(st.integers(0, 2)))]
+        parts += [draw(openai_file_parts) for _ in range(draw(st.integers(0, 1)))]
         if not parts:
             parts = [{"type": "text", "text": draw(nonblank_texts)}]
         content = draw(st.permutations(parts))
@@ -214,6 +244,8 @@ def _parts(draw: Callable[..., Any], *, images: bool, anthropic: bool, min_size:
                 parts.append(ImagePart(url=draw(image_urls)))
             else:
                 parts.append(ImagePart(url=draw(image_urls), detail=draw(details)))
+        for _ in range(draw(st.integers(0, 1))):
+            parts.append(draw(anthropic_file_parts if anthropic else file_parts))
     while len(parts) < min_size:
         parts.append(TextPart(text=draw(nonblank_texts)))
     return tuple(draw(st.permutations(parts)))

@@ -596,14 +596,19 @@ def test_python_m_agentcontext_exits_quietly_on_a_closed_pipe() -> None:
 
 
 def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tmp_path: Path) -> None:
-    # Claude Code with extended thinking sends thinking blocks back, and a user may attach a document:
-    # refused by default (they are not modelled); with --keep-unknown a long such request is fitted, the
-    # messages it keeps go out exactly as sent, and a note names what was not counted (thinking is).
+    # Claude Code with extended thinking sends thinking blocks back, and a user may attach a document with
+    # citations: refused by default (they are not modelled); with --keep-unknown a long such request is
+    # fitted, the messages it keeps go out exactly as sent, and a note names what was not counted (thinking
+    # and the document are).
     messages: list[dict[str, object]] = [
         {
             "role": "user",
             "content": [
-                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Spec."}},
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "Spec."},
+                    "citations": {"enabled": True},
+                },
                 {"type": "text", "text": "Find which step fails."},
             ],
         }
@@ -620,14 +625,14 @@ def test_fit_keep_unknown_carries_thinking_and_documents_through_a_compaction(tm
     out = tmp_path / "fitted.json"
 
     refused = run("fit", str(request), "--model", "claude-sonnet-4-5", "--window", "8000", "-o", str(out))
-    assert_one_line_error(refused, 3, "'document'", "--keep-unknown")
+    assert_one_line_error(refused, 3, "'citations'", "--keep-unknown")
     assert not out.exists()
 
     kept = run("fit", str(request), "--model", "claude-sonnet-4-5", "--window", "8000", "--keep-unknown",
                "-o", str(out))  # fmt: skip
     assert kept.returncode == 0, kept.stderr
     assert (
-        "'document' blocks" in kept.stderr
+        "'citations' on document blocks" in kept.stderr
         and "'thinking' blocks" in kept.stderr
         and "thinking blocks are counted, the rest is not" in kept.stderr
     )

@@ -354,10 +354,10 @@ BAD: list[tuple[object, str | None, str]] = [
     (
         {
             "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "document"}]}],
+            "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "search_result"}]}],
         },
         "content[0].content[0].type",
-        "'document'",
+        "'search_result'",
     ),
 ]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from _sizes import examples
 from agentcontext.exceptions import InvalidConversationError, InvalidMessageError
 from agentcontext.formats import openai as oai
-from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from agentcontext.messages import FilePart, ImagePart, Message, TextPart, ToolCall
 from realdata import conversation_files, load
 from strategies import canonical_conversations, json_junk, junk_openai_dicts, openai_conversations
 
@@ -186,8 +186,26 @@ BAD: list[tuple[object, int | None, str | None, str]] = [
     (
         {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
         0,
+        "content[0].input_audio",
+        "'data'",
+    ),
+    (
+        {"role": "user", "content": [{"type": "file", "file": {"file_id": "f", "file_data": "data:,x"}}]},
+        0,
+        "content[0].file",
+        "exactly one of 'file_data'",
+    ),
+    (
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "file", "file": {"file_id": "f"}}]},
+        0,
         "content[0].type",
-        "'input_audio'",
+        "only in user messages",
+    ),
+    (
+        {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "https://x.test/a.mp4"}}]},
+        0,
+        "content[0].type",
+        "'video_url'",
     ),
     (
         {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]},
@@ -402,22 +420,27 @@ KEPT = [
         "tool_calls": [{**CALL, "index": 0, "function": {**CALL["function"], "thought_signature": "s1"}}],
     },
     {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
-    {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]},
+    {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "https://x.test/a.mp4"}}]},
 ]
 
 
 def test_keep_carries_what_is_not_modelled_and_writes_it_back_exactly() -> None:
     # A proxy in front of any client gets cache_control on text parts (LiteLLM's way to Anthropic's
-    # prompt cache), files, audio and provider fields on tool calls: "raise" refuses the request.
+    # prompt cache), part types of other providers (LiteLLM's video_url) and provider fields on tool
+    # calls: "raise" refuses the request.
     with pytest.raises(InvalidMessageError, match="cache_control"):
         oai.to_messages(KEPT)
     before = copy.deepcopy(KEPT)
-    with pytest.warns(Warning, match=r"'cache_control' on text parts.*'file' parts in user messages"):
+    with pytest.warns(Warning, match=r"'cache_control' on text parts.*'video_url' parts in user messages"):
         msgs = oai.to_messages(KEPT, unknown="keep")
     assert KEPT == before
     assert oai.from_messages(msgs) == KEPT  # every dict comes back exactly
-    # What is counted is what agentcontext models: the texts, the call, and a marker for audio alone.
-    assert msgs[1].content == (TextPart(text="Summarize the report."),)
+    # What is counted is what agentcontext models: the texts, the file, the call, and a marker for a
+    # video alone.
+    assert msgs[1].content == (
+        TextPart(text="Summarize the report."),
+        FilePart(url="openai-file-id:file-abc"),
+    )
     assert msgs[2].tool_calls == (ToolCall(id="c1", name="ls", arguments='{"path": "/tmp"}'),)
     assert msgs[4].text == "[agentcontext: content parts kept as sent]"
     assert "openai" not in msgs[3].metadata  # nothing to carry: a plain message stays plain

@@ -17,15 +17,17 @@ pytest.importorskip("pydantic_ai")
 from pydantic_ai import PydanticAIDeprecationWarning
 from pydantic_ai import messages as pm
 
+import agentcontext as ac
 from _sizes import examples
 from agentcontext import ContextEngine
 from agentcontext.compaction import MessageKind, marker
-from agentcontext.exceptions import ConversionWarning, InvalidMessageError
+from agentcontext.exceptions import InvalidMessageError
 from agentcontext.formats import pydantic_ai as pai
-from agentcontext.messages import ImagePart, Message, TextPart, ToolCall
+from agentcontext.messages import FilePart, ImagePart, Message, TextPart, ToolCall
 
 TA = pm.ModelMessagesTypeAdapter
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+PDF_2_PAGES = b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n2 0 obj << /Type /Page >> endobj\n%%EOF\n"
 WHEN = datetime(2025, 1, 2, 3, 4, 5, 678_000, tzinfo=timezone.utc)
 
 
@@ -453,20 +455,66 @@ def test_a_real_engine_output_converts_back_and_is_valid() -> None:
 # ----------------------------------------------------------------------------- what is passed through
 
 
-def test_items_agentcontext_cannot_count_are_passed_through_with_a_warning() -> None:
-    doc = pm.DocumentUrl("https://x.test/report.pdf")
+def test_documents_audio_and_uploaded_files_are_counted_as_files() -> None:
+    pdf = pm.BinaryContent(PDF_2_PAGES, media_type="application/pdf")
+    doc, audio = pm.DocumentUrl("https://x.test/report.pdf"), pm.AudioUrl("https://x.test/call.mp3")
+    uploaded = pm.UploadedFile("file-abc", "openai", media_type="application/pdf")
     history = [
-        pm.ModelRequest(parts=[pm.UserPromptPart(["Summarize:", doc, pm.CachePoint()], timestamp=WHEN)])
+        pm.ModelRequest(
+            parts=[
+                pm.UserPromptPart(["Summarize:", pdf, doc, audio, uploaded, pm.CachePoint()], timestamp=WHEN)
+            ]
+        )
     ]
-    with pytest.warns(ConversionWarning, match="document-url.*not count"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is "passed through, not counted" any more
         msgs = pai.to_messages(history)
-    assert msgs[0].content[0] == TextPart(text="Summarize:")
-    assert "passed through" in msgs[0].content[1].text and msgs[0].content[2] == TextPart(text="")
+    assert msgs[0].content == (
+        TextPart(text="Summarize:"),
+        FilePart(url=pdf.data_uri, media_type="application/pdf"),
+        FilePart(url="https://x.test/report.pdf", media_type="application/pdf"),
+        FilePart(url="https://x.test/call.mp3", media_type="audio/mpeg"),
+        FilePart(url="openai-file-id:file-abc", media_type="application/pdf"),
+        TextPart(text=""),
+    )
     assert pai.from_messages(msgs) == history
-    # The engine rewrote the text around the document: the document stays.
-    shortened = msgs[0].evolve(content=(TextPart(text="Summ…"),))
+    # The two-page PDF costs two pages; the files by URL or id, which are not here, one page each.
+    counter = ac.counter_for("gpt-4o")
+    bare = counter.count_message(msgs[0].evolve(content=(TextPart(text="Summarize:"), TextPart(text=""))))
+    assert counter.count_message(msgs[0]) == bare + 2 * 3_000 + 3 * 3_000
+    # The engine rewrote the text and dropped a file: the others stay, as they were; the CachePoint too.
+    shortened = msgs[0].evolve(content=(TextPart(text="Summ…"), *msgs[0].content[1:3]))
     items = pai.from_messages([shortened])[0].parts[0].content
-    assert items[0] == "Summ…" and doc in items
+    assert items == ["Summ…", pdf, doc, pm.CachePoint()]
+
+
+def test_files_a_tool_returns_are_counted_with_its_result_and_go_when_it_is_masked() -> None:
+    # Pydantic AI sends what a tool returned as files in a user message after the results: a dozen
+    # screenshots or PDF pages went uncounted, and the provider refused the request.
+    shot = pm.BinaryContent(PNG, media_type="image/png")
+    page = pm.BinaryContent(PDF_2_PAGES, media_type="application/pdf")
+    history = loaded(
+        [
+            pm.ModelRequest(parts=[pm.UserPromptPart("Read the report.", timestamp=WHEN)]),
+            pm.ModelResponse(parts=[pm.ToolCallPart("open", {}, tool_call_id="c1")], timestamp=WHEN),
+            pm.ModelRequest(
+                parts=[pm.ToolReturnPart("open", ["opened", shot, page], tool_call_id="c1", timestamp=WHEN)]
+            ),
+        ]
+    )
+    msgs = pai.to_messages(history)
+    tool = msgs[2]
+    assert tool.role == "tool" and [type(p) for p in tool.content] == [TextPart, ImagePart, FilePart]
+    assert "opened" in tool.text and tool.files[0].media_type == "application/pdf"
+    assert pai.from_messages(msgs) == history
+    counter = ac.counter_for("gpt-4o")
+    assert counter.count_message(tool) > 2 * 3_000  # the PDF's two pages, and the screenshot
+    # Masked, the result is its placeholder alone: the files go with the output they were part of.
+    masked = pai.from_messages([*msgs[:2], tool.evolve(content="[output masked]")])
+    assert masked[2].parts[0].content == "[output masked]"
+    # Shortened, the text is cut and the files it still holds are the ones the tool returned.
+    cut = pai.from_messages([*msgs[:2], tool.evolve(content=(TextPart(text="open…"), tool.content[2]))])
+    assert cut[2].parts[0].content == ["open…", page]
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -506,9 +554,12 @@ def test_bad_extra_and_images_where_pydantic_ai_has_none() -> None:
     broken = Message(role="user", content="x", extra={"pydantic_ai": {"parts": "nope"}})
     with pytest.raises(InvalidMessageError, match=r"message 0, field 'extra.pydantic_ai'"):
         pai.from_messages([broken])
-    image = Message(role="tool", tool_call_id="c1", content=(ImagePart(url="https://x.test/a.png"),))
-    with pytest.raises(InvalidMessageError, match="message 0.*images only in user messages"):
+    image = Message(role="system", content=(ImagePart(url="https://x.test/a.png"),))
+    with pytest.raises(InvalidMessageError, match="message 0.*only in user messages and tool returns"):
         pai.from_messages([image])
+    file = Message(role="assistant", content=(FilePart(url="https://x.test/a.pdf"),))
+    with pytest.raises(InvalidMessageError, match="message 0.*no images or files"):
+        pai.from_messages([file])
 
 
 def test_extra_is_plain_json() -> None:

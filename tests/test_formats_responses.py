@@ -21,7 +21,7 @@ from _sizes import examples
 from agentcontext.exceptions import ConversionWarning, InvalidConversationError, InvalidMessageError
 from agentcontext.formats import responses
 from agentcontext.formats.responses import ResponsesConverter
-from agentcontext.messages import ImagePart
+from agentcontext.messages import FilePart, ImagePart
 from providers import check_responses
 from strategies import junk_responses_items, responses_conversations
 
@@ -160,9 +160,11 @@ def test_everything_the_model_reads_is_counted_and_nothing_unreadable_is() -> No
     assert user.content[1].detail is None  # "original" is kept in the item, not modelled
     assert "weather in Lyon" in search.text  # a hosted item is read (and counted) as its JSON
     assert "e" * 40 in compaction.text
-    assert "70,000 characters of file data" in pdf.text and "JVBERi0JVBERi0" not in pdf.text
+    # A file is counted as what it holds, never as its base64 text: bare base64 typed by its name.
+    assert pdf.files == (FilePart(url="data:application/pdf;base64," + "JVBERi0" * 10_000, name="big.pdf"),)
+    assert "JVBERi0" not in pdf.text
     counter = ac.counter_for("gpt-4o")
-    assert counter.count_message(pdf) < 100
+    assert counter.count_message(pdf) == 2 * 3_000 + counter.count_message(pdf.evolve(content=()))
     assert responses.from_messages([user, search, compaction, pdf]) == items
 
 

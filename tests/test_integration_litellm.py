@@ -20,6 +20,7 @@ count (#6505's fix), and returns its input unchanged on any error.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import logging
@@ -217,6 +218,12 @@ def test_claude_code_messages_fit_and_keep_what_it_sent(proxy: Proxy, upstream: 
     assert len(sent[-1].messages) < len(bodies[-1]["messages"])
 
 
+SPEC = (
+    "data:text/plain;base64,"
+    + base64.b64encode(b"Step 3 must print DONE; any other output fails.\n").decode()
+)
+
+
 def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
     proxy: Proxy, upstream: ProviderServer
 ) -> None:
@@ -232,7 +239,7 @@ def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
         "role": "user",
         "content": [
             {"type": "text", "text": "Find which step fails; the spec is attached."},
-            {"type": "file", "file": {"file_id": "file-spec-1"}},
+            {"type": "file", "file": {"file_data": SPEC, "filename": "spec.txt"}},
         ],
     }
     messages: list[dict[str, Any]] = [task]
@@ -261,6 +268,7 @@ def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
         assert r.body["system"][-1].get("cache_control") == breakpoint_  # the system prompt's breakpoint
         assert json.dumps(r.messages[-1]).count('"cache_control"') == 1  # and the newest message's
         assert "Find which step fails; the spec is attached." in r.texts()
+        assert SPEC.split(",", 1)[1] in json.dumps(r.body)  # the attached file goes with it, every time
     assert len(sent[-1].messages) < len(bodies[-1]["messages"])
     # The breakpoint turns the newest message's string into a text part, and back in the next request:
     # the same message, so compaction stays rare (before: a rewritten history, compacted at every step).

@@ -48,6 +48,7 @@ from .exceptions import (
 )
 from .invariants import ConversationChecker, Violation, check_messages, ensure_valid
 from .messages import (
+    FilePart,
     ImagePart,
     Message,
     TextPart,
@@ -118,6 +119,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "FallbackReason",
     "FileArtifactStore",
+    "FilePart",
     "HardTruncate",
     "HuggingFaceCounter",
     "ImagePart",

@@ -40,7 +40,17 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from .exceptions import InvalidMessageError
-from .messages import ROLES, ImagePart, JSONValue, Message, TextPart, ToolCall, derive_id
+from .messages import (
+    ROLES,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    JSONValue,
+    Message,
+    TextPart,
+    ToolCall,
+    derive_id,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -224,19 +234,7 @@ def encode_message(m: Message) -> dict[str, JSONValue]:
     d: dict[str, JSONValue] = {"id": m.id, "role": m.role}
     content = m.content
     if isinstance(content, tuple):
-        parts: list[JSONValue] = []
-        for p in content:
-            if isinstance(p, TextPart):
-                parts.append({"type": "text", "text": p.text})
-            else:
-                img: dict[str, JSONValue] = {"type": "image", "url": p.url}
-                if p.detail is not None:
-                    img["detail"] = p.detail
-                if p.width is not None:
-                    img["width"] = p.width
-                if p.height is not None:
-                    img["height"] = p.height
-                parts.append(img)
+        parts = [_encode_part(p) for p in content]
         d["content"] = parts
     elif content is not None:
         d["content"] = content
@@ -253,7 +251,27 @@ def encode_message(m: Message) -> dict[str, JSONValue]:
     return d
 
 
-def _part(value: object, where: str, i: int) -> TextPart | ImagePart:
+def _encode_part(p: ContentPart) -> JSONValue:
+    if isinstance(p, TextPart):
+        return {"type": "text", "text": p.text}
+    if isinstance(p, FilePart):
+        file: dict[str, JSONValue] = {"type": "file", "url": p.url}
+        if p.media_type is not None:
+            file["media_type"] = p.media_type
+        if p.name is not None:
+            file["name"] = p.name
+        return file
+    img: dict[str, JSONValue] = {"type": "image", "url": p.url}
+    if p.detail is not None:
+        img["detail"] = p.detail
+    if p.width is not None:
+        img["width"] = p.width
+    if p.height is not None:
+        img["height"] = p.height
+    return img
+
+
+def _part(value: object, where: str, i: int) -> ContentPart:
     if not isinstance(value, dict):
         raise RecordDecodeError(where, f"content[{i}] must be an object, got {type(value).__name__}")
     kind = value.get("type")
@@ -277,7 +295,18 @@ def _part(value: object, where: str, i: int) -> TextPart | ImagePart:
         if detail not in (None, "auto", "low", "high"):
             raise RecordDecodeError(where, f"content[{i}].detail must be 'auto', 'low' or 'high'")
         return ImagePart(url=url, detail=detail, width=width, height=height)
-    raise RecordDecodeError(where, f"content[{i}] has unknown part type {kind!r}; expected 'text' or 'image'")
+    if kind == "file":
+        file_url, media_type, file_name = value.get("url"), value.get("media_type"), value.get("name")
+        if not isinstance(file_url, str):
+            raise RecordDecodeError(where, f"content[{i}].url must be a string")
+        if not (media_type is None or isinstance(media_type, str)) or not (
+            file_name is None or isinstance(file_name, str)
+        ):
+            raise RecordDecodeError(where, f"content[{i}].media_type and .name must be strings")
+        return FilePart(url=file_url, media_type=media_type, name=file_name)
+    raise RecordDecodeError(
+        where, f"content[{i}] has unknown part type {kind!r}; expected 'text', 'image' or 'file'"
+    )
 
 
 def decode_message(data: object, *, where: str) -> Message:

@@ -17,9 +17,12 @@ content is unchanged).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +33,7 @@ from .exceptions import InvalidMessageError
 
 __all__ = [
     "ContentPart",
+    "FilePart",
     "ImagePart",
     "JSONValue",
     "Message",
@@ -149,7 +153,71 @@ class ImagePart:
         return None
 
 
-ContentPart: TypeAlias = TextPart | ImagePart
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilePart:
+    """A file inside a message's content: a document (PDF, text...), audio or video.
+
+    Providers bill a file by what it holds (a PDF by its pages, audio by its
+    length); `agentcontext.tokens.file_tokens` estimates that from the file's
+    type and, when its bytes travel in a ``data:`` URL, from the bytes.
+    Nothing is downloaded: a file given by URL or by a provider's file id
+    costs a documented default.
+    """
+
+    url: str
+    """A ``data:<media type>;base64,...`` URL, an ``https://`` URL, or a provider's
+    file reference (``openai-file-id:<id>``, ``anthropic-file-id:<id>``)."""
+    media_type: str | None = None
+    """``application/pdf``, ``audio/wav``...; a ``data:`` URL's own type when not given."""
+    name: str | None = None
+    """The file's name (OpenAI's ``filename``, Anthropic's ``title``), when it has one."""
+    kind: Literal["file"] = "file"
+
+    def __post_init__(self) -> None:
+        _check_text(self.url, what="file url")
+        if self.media_type is None and self.url.startswith("data:"):
+            head = self.url[5:].split(",", 1)[0].split(";", 1)[0]
+            object.__setattr__(self, "media_type", head or None)
+        if self.media_type is not None:
+            _check_text(self.media_type, what="file media type")
+        if self.name is not None:
+            _check_text(self.name, what="file name")
+
+    @property
+    def label(self) -> str:
+        """What to call the file in text: its name, else its URL (not a ``data:`` one), else its media type."""
+        if self.name:
+            return self.name
+        if not self.url.startswith("data:") and len(self.url) <= 200:
+            return self.url
+        return self.media_type or "file"
+
+    @property
+    def data(self) -> bytes | None:
+        """The file's bytes when they travel in a ``data:`` URL (None otherwise, or when they do not decode)."""
+        if not self.url.startswith("data:") or "," not in self.url:
+            return None
+        head, payload = self.url[5:].split(",", 1)
+        if head.endswith(";base64"):
+            try:
+                return base64.b64decode(payload, validate=False)
+            except binascii.Error:
+                return None
+        return urllib.parse.unquote_to_bytes(payload)
+
+    @property
+    def size(self) -> int | None:
+        """The size in bytes of a file in a ``data:`` URL, read without decoding it (None otherwise)."""
+        if not self.url.startswith("data:") or "," not in self.url:
+            return None
+        head, payload = self.url[5:].split(",", 1)
+        if head.endswith(";base64"):
+            payload = payload.rstrip()
+            return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
+        return len(urllib.parse.unquote_to_bytes(payload))
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | FilePart
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,9 +320,9 @@ class Message:
             _check_text(content, what="content")
         elif isinstance(content, tuple):
             for i, part in enumerate(content):
-                if not isinstance(part, TextPart | ImagePart):
+                if not isinstance(part, TextPart | ImagePart | FilePart):
                     raise InvalidMessageError(
-                        f"content part {i} must be a TextPart or ImagePart, got {type(part).__name__}",
+                        f"content part {i} must be a TextPart, ImagePart or FilePart, got {type(part).__name__}",
                         field=f"content[{i}]",
                     )
         elif content is not None:
@@ -301,14 +369,30 @@ class Message:
             return tuple(p for p in content if isinstance(p, ImagePart))
         return ()
 
+    @property
+    def files(self) -> tuple[FilePart, ...]:
+        """The file parts of the content."""
+        content = self.content
+        if isinstance(content, tuple):
+            return tuple(p for p in content if isinstance(p, FilePart))
+        return ()
+
+    @property
+    def attachments(self) -> tuple[ImagePart | FilePart, ...]:
+        """The image and file parts of the content, in order."""
+        content = self.content
+        if isinstance(content, tuple):
+            return tuple(p for p in content if not isinstance(p, TextPart))
+        return ()
+
     def is_empty(self) -> bool:
-        """True when the message has no text, no images and no tool calls."""
+        """True when the message has no text, no images or files and no tool calls."""
         if self.tool_calls:
             return False
         content = self.content
         if content is None or isinstance(content, str):
             return not content or content.isspace()
-        return not any(isinstance(p, ImagePart) or (p.text and not p.text.isspace()) for p in content)
+        return not any(not isinstance(p, TextPart) or (p.text and not p.text.isspace()) for p in content)
 
     def evolve(self, **changes: object) -> Message:
         """Return a copy with ``changes`` applied and a new id (unless ``id=`` is given).

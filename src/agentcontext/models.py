@@ -50,7 +50,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from ._model_spec import ESTIMATE_MARGIN, RESERVE_SHARE, CacheStyle, ModelSpec, Provider
 from ._model_table import BUILTIN_FAMILIES, BUILTIN_MODELS
@@ -304,12 +304,21 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     """
     spec = model if isinstance(model, ModelSpec) else get(model)
     # Imported here so this module (and `get`) works without loading tiktoken.
-    from .tokens import ENCODING_NAMES, CalibratedCounter, counter_for_tokenizer
+    from .tokens import ENCODING_NAMES, CalibratedCounter, ChatFormat, counter_for_tokenizer
 
-    counter = counter_for_tokenizer(spec.tokenizer)
+    # Images and files are billed by the provider's own rule (a Claude image by its pixels, a PDF page
+    # on Gemini at a fifth of its price on Claude); text framing stays OpenAI's, the best measured.
+    billing = _BILLING.get(spec.provider)
+    counter = counter_for_tokenizer(
+        spec.tokenizer, chat_format=ChatFormat(image_provider=billing) if billing else None
+    )
     if not calibrated or spec.tokenizer in ENCODING_NAMES:
         return counter
     return CalibratedCounter(counter, min_correction=1.0, max_correction=2.0, initial=spec.estimate_ratio)
+
+
+_BILLING: dict[str, Literal["anthropic", "gemini"]] = {"anthropic": "anthropic", "google": "gemini"}
+"""Providers whose images and files are billed by a rule of their own (`tokens.image_tokens`, `tokens.file_tokens`)."""
 
 
 # --------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from typing import Literal, TypeAlias, get_args
 from .artifacts import ArtifactRef, ArtifactStore, may_evict
 from .compaction import is_observation
 from .exceptions import ConfigError, InvalidMessageError
-from .messages import ImagePart, JSONValue, Message, TextPart
+from .messages import ContentPart, JSONValue, Message, TextPart
 from .tokens._base import TokenCounter
 from .tokens._calibrate import CalibratedCounter
 from .tokens._tiktoken import TiktokenCounter
@@ -373,9 +373,9 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
     result = truncator.truncate(message.text, tool_name=message.name)
     if not result.truncated:
         return message, result
-    content: str | tuple[TextPart | ImagePart, ...]
+    content: str | tuple[ContentPart, ...]
     if isinstance(message.content, tuple):
-        content = (TextPart(text=result.preview), *message.images)
+        content = (TextPart(text=result.preview), *message.attachments)
     else:
         content = result.preview
     record: dict[str, JSONValue] = {

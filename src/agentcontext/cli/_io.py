@@ -625,7 +625,7 @@ def _convert(
             where = f"line {lines[exc.index]}: "
         hint = (
             "; pass --keep-unknown to carry such parts through unchanged (thinking counted, the rest not)"
-            if unknown == "raise" and "unsupported" in str(exc)
+            if unknown == "raise" and ("unsupported" in str(exc) or "unexpected key" in str(exc))
             else ""
         )
         raise InputError(f"{source}: {where}{exc} ({_FORM_NAMES[form]} format){hint}") from None

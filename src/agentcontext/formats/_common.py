@@ -9,7 +9,21 @@ from typing import NoReturn
 from ..exceptions import InvalidMessageError
 from ..messages import JSONValue, TextPart
 
-__all__ = ["at", "canonical_json", "fail", "json_value", "only_keys", "type_name"]
+__all__ = [
+    "ANTHROPIC_FILE_ID_URL",
+    "OPENAI_FILE_ID_URL",
+    "at",
+    "canonical_json",
+    "fail",
+    "json_value",
+    "only_keys",
+    "type_name",
+]
+
+OPENAI_FILE_ID_URL = "openai-file-id:"
+"""How an image or file uploaded to OpenAI (given by ``file_id``) stands as a part's URL."""
+ANTHROPIC_FILE_ID_URL = "anthropic-file-id:"
+"""How a file uploaded to Anthropic's Files API (a ``file`` source) stands as a part's URL."""
 
 
 def type_name(value: object) -> str:

@@ -16,8 +16,8 @@ from typing import TypeAlias, cast
 
 from ..exceptions import InvalidMessageError
 from ..invariants import LAYOUT_KEY, ensure_valid
-from ..messages import ContentPart, ImagePart, JSONValue, Message, TextPart, ToolCall
-from ._common import fail
+from ..messages import ContentPart, FilePart, ImagePart, JSONValue, Message, TextPart, ToolCall
+from ._common import OPENAI_FILE_ID_URL, fail
 
 __all__ = [
     "CALL_FIELD",
@@ -43,7 +43,7 @@ PAIRED_CALLS: Mapping[str, str] = {
 CALL_FIELD = {"function_call": "arguments", "custom_tool_call": "input"}
 """The field that holds what the model wrote, by call type."""
 
-FILE_ID_URL = "openai-file-id:"
+FILE_ID_URL = OPENAI_FILE_ID_URL
 """The URL of an `ImagePart` standing for an ``input_image`` given by ``file_id`` (counted as an image)."""
 
 JSONPath: TypeAlias = list[str | int]
@@ -185,6 +185,13 @@ class _Cursor:
         self.p += 1
         return part.url
 
+    def file(self) -> str:
+        part = self.parts[self.p] if self.p < len(self.parts) else None
+        if not isinstance(part, FilePart):
+            raise self.mismatch()
+        self.p += 1
+        return part.url
+
     def call(self) -> ToolCall:
         if self.c >= len(self.calls):
             raise self.mismatch()
@@ -269,6 +276,14 @@ def _parts_out(spec: JSONValue, cursor: _Cursor) -> JSONValue:
             part["image_url"] = cursor.image()
         elif how == "image_file":
             part["file_id"] = cursor.image()[len(FILE_ID_URL) :]
+        elif isinstance(how, str) and how.startswith("file:"):
+            source, url = how[5:], cursor.file()
+            if source == "file_id":
+                part[source] = url[len(FILE_ID_URL) :]
+            elif source == "file_data_bare":
+                part["file_data"] = url.split(",", 1)[1]
+            else:
+                part[source] = url
         else:
             part[cast(str, how)] = cursor.text()
         parts.append(part)
@@ -328,6 +343,8 @@ def _content_out(m: Message) -> JSONValue:
     for part in content:
         if isinstance(part, TextPart):
             parts.append({"type": "input_text", "text": part.text})
+        elif isinstance(part, FilePart):
+            parts.append(_file_out(part))
         elif part.url.startswith(FILE_ID_URL):
             parts.append(
                 {
@@ -383,3 +400,16 @@ def _tool_out(m: Message, plan: _Plan) -> ResponseItem:
     item["call_id"] = call_id
     item["output"] = _content_out(m)
     return item
+
+
+def _file_out(part: FilePart) -> JSONValue:
+    url = part.url
+    if url.startswith(FILE_ID_URL):
+        file: dict[str, JSONValue] = {"type": "input_file", "file_id": url[len(FILE_ID_URL) :]}
+    elif url.startswith("data:"):
+        file = {"type": "input_file", "file_data": url}
+    else:
+        file = {"type": "input_file", "file_url": url}
+    if part.name is not None:
+        file["filename"] = part.name
+    return file

@@ -32,9 +32,13 @@ __all__ = [
     "ChatMessage",
     "OpenAIAssistantMessage",
     "OpenAIContentPart",
+    "OpenAIFile",
+    "OpenAIFilePart",
     "OpenAIFunction",
     "OpenAIImagePart",
     "OpenAIImageURL",
+    "OpenAIInputAudio",
+    "OpenAIInputAudioPart",
     "OpenAISystemMessage",
     "OpenAITextPart",
     "OpenAIToolCall",
@@ -69,7 +73,36 @@ class OpenAIImagePart(TypedDict):
     image_url: OpenAIImageURL
 
 
-OpenAIContentPart: TypeAlias = OpenAITextPart | OpenAIImagePart
+class OpenAIFile(TypedDict, total=False):
+    """The ``file`` object: ``file_data`` (a ``data:`` URL) or ``file_id``, and an optional ``filename``."""
+
+    file_data: str
+    file_id: str
+    filename: str
+
+
+class OpenAIFilePart(TypedDict):
+    """``{"type": "file", "file": {...}}``: a document, user messages only."""
+
+    type: Literal["file"]
+    file: OpenAIFile
+
+
+class OpenAIInputAudio(TypedDict):
+    """The ``input_audio`` object: base64 ``data`` and its ``format`` (``wav`` or ``mp3``)."""
+
+    data: str
+    format: str
+
+
+class OpenAIInputAudioPart(TypedDict):
+    """``{"type": "input_audio", "input_audio": {...}}``: audio, user messages only."""
+
+    type: Literal["input_audio"]
+    input_audio: OpenAIInputAudio
+
+
+OpenAIContentPart: TypeAlias = OpenAITextPart | OpenAIImagePart | OpenAIFilePart | OpenAIInputAudioPart
 
 
 class OpenAIFunction(TypedDict):
@@ -104,7 +137,7 @@ class _OpenAIUserMessageRequired(TypedDict):
 
 
 class OpenAIUserMessage(_OpenAIUserMessageRequired, total=False):
-    """A user message: text, or a list of text and image parts."""
+    """A user message: text, or a list of text, image, file and audio parts."""
 
     name: str
 

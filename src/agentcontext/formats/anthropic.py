@@ -32,6 +32,13 @@ How canonical messages map to Anthropic's shape:
   in another layout (compact, escaped) come back equal as JSON, not as text.
 - Images: ``data:`` URLs become ``base64`` sources (jpeg, png, gif, webp),
   ``http(s)://`` URLs ``url`` sources.
+- A ``document`` block (in a user message or a tool result) is a `FilePart`:
+  a ``base64`` source a base64 ``data:`` URL, a ``text`` source a plain
+  ``data:text/plain,...`` URL, a ``url`` source its URL, a ``file`` source
+  (Files API) ``anthropic-file-id:<file_id>``; its ``title`` is the part's
+  name. It is counted by what it holds (`agentcontext.tokens.file_tokens`: a
+  PDF by its pages). ``context``, ``citations`` and ``content`` sources are not
+  modelled.
 - Consecutive messages of the same wire role are merged into one message, as
   Anthropic requires: the results of parallel calls (and a user message right
   after them) form one user message, ``tool_result`` blocks first. `to_messages`
@@ -47,7 +54,7 @@ so an assistant message with ``content=""`` and tool calls comes back with
 message with one text part and tool calls comes back with string content;
 merged user turns come back as one message with text parts. Everything else
 round-trips exactly (ids aside). Block types and keys agentcontext does not
-model (``thinking``, ``document``, ``cache_control``...) raise
+model (``thinking``, ``cache_control``, a document's ``citations``...) raise
 `InvalidMessageError` rather than vanish, or, with ``to_messages(...,
 unknown="keep")`` (what a proxy in front of Claude Code needs), travel whole in
 ``metadata["anthropic"]`` and come back exactly for the messages the engine
@@ -57,14 +64,34 @@ did not change.
 from __future__ import annotations
 
 import json
+import urllib.parse
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 
 from ..exceptions import ConversionWarning, InvalidMessageError
 from ..invariants import ensure_valid
-from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
-from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
+from ..messages import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    JSONValue,
+    Message,
+    Role,
+    TextPart,
+    ToolCall,
+    derive_id,
+)
+from ._common import (
+    ANTHROPIC_FILE_ID_URL,
+    at,
+    canonical_json,
+    fail,
+    json_value,
+    only_keys,
+    text_part_in,
+    type_name,
+)
 from ._wire import AnthropicContentBlock, AnthropicMessage, AnthropicTextBlock
 
 __all__ = ["KEY", "from_messages", "to_messages"]
@@ -204,9 +231,10 @@ def _text_blocks(m: Message, index: int, where: str) -> list[_Block]:
     blocks: list[_Block] = []
     for j, part in enumerate(content):
         if not isinstance(part, TextPart):
+            what = "images" if isinstance(part, ImagePart) else "documents"
             fail(
-                f"Anthropic accepts images only in user messages and tool results, not in {where}; "
-                "describe the image in text, or move it to a user message",
+                f"Anthropic accepts {what} only in user messages and tool results, not in {where}; "
+                f"describe the {what[:-1]} in text, or move it to a user message",
                 index=index,
                 field=f"content[{j}]",
             )
@@ -217,6 +245,8 @@ def _text_blocks(m: Message, index: int, where: str) -> list[_Block]:
 def _part_out(part: ContentPart, index: int, field: str) -> _Block:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, FilePart):
+        return _document_out(part, index, field)
     url = part.url
     if url.startswith("data:"):
         head, sep, data = url[5:].partition(",")
@@ -408,10 +438,11 @@ def to_messages(
 _MODELLED: dict[str, tuple[str, ...]] = {
     "text": ("type", "text"),
     "image": ("type", "source"),
+    "document": ("type", "source", "title"),
     "tool_use": ("type", "id", "name", "input"),
     "tool_result": ("type", "tool_use_id", "content", "is_error"),
 }
-_SOURCE_KEYS = ("type", "media_type", "data", "url")
+_SOURCE_KEYS = ("type", "media_type", "data", "url", "file_id")
 KEY = "anthropic"
 """The metadata key under which ``unknown="keep"`` carries a message's wire blocks (with the id they belong to)."""
 
@@ -554,7 +585,7 @@ def _user_in(blocks: Sequence[object], originals: Sequence[object], index: int, 
                 index=index,
                 original=[originals[j]],
             )
-        elif kind in ("text", "image"):
+        elif kind in ("text", "image", "document"):
             parts.append(_part_in(cast(Mapping[str, object], block), index, field))
             other.append(originals[j])
             kept.append(originals[j])
@@ -615,7 +646,7 @@ def _block_type(block: object, index: int, field: str) -> object:
 
 
 def _unsupported(kind: object, index: int, field: str, role: str) -> None:
-    allowed = "'text', 'image' and 'tool_result'" if role == "user" else "'text' and 'tool_use'"
+    allowed = "'text', 'image', 'document' and 'tool_result'" if role == "user" else "'text' and 'tool_use'"
     fail(
         f"unsupported block type {kind!r} in a {role} message; agentcontext models {allowed} blocks "
         "there and will not drop the others silently: remove them before converting",
@@ -634,6 +665,8 @@ def _text_part_in(block: object, index: int | None, field: str) -> TextPart:
 def _part_in(block: Mapping[str, object], index: int, field: str) -> ContentPart:
     if block.get("type") == "text":
         return _text_part_in(block, index, field)
+    if block.get("type") == "document":
+        return _document_in(block, index, field)
     only_keys(block, ("type", "source"), index=index, field=field)
     source = block.get("source")
     if not isinstance(source, Mapping):
@@ -673,6 +706,82 @@ def _part_in(block: Mapping[str, object], index: int, field: str) -> ContentPart
         return ImagePart(url=url)
     except InvalidMessageError as e:
         raise at(e, index=index, field=f"{field}.source") from None
+
+
+def _document_in(block: Mapping[str, object], index: int, field: str) -> FilePart:
+    only_keys(block, ("type", "source", "title"), index=index, field=field)
+    source, title = block.get("source"), block.get("title")
+    if not isinstance(source, Mapping):
+        fail(
+            f"a document block needs a 'source' object, got {type_name(source)}",
+            index=index,
+            field=f"{field}.source",
+        )
+    if title is not None and not isinstance(title, str):
+        fail(
+            f"a document's 'title' must be a string, got {type_name(title)}",
+            index=index,
+            field=f"{field}.title",
+        )
+    kind, where = source.get("type"), f"{field}.source"
+    keys = {
+        "base64": ("media_type", "data"),
+        "text": ("media_type", "data"),
+        "url": ("url",),
+        "file": ("file_id",),
+    }
+    if not isinstance(kind, str) or kind not in keys:
+        fail(
+            f"unsupported document source type {kind!r}; agentcontext models 'base64', 'text', 'url' and 'file' sources",
+            index=index,
+            field=f"{where}.type",
+        )
+    only_keys(source, ("type", *keys[kind]), index=index, field=where)
+    values = [source.get(k) for k in keys[kind]]
+    if not all(isinstance(v, str) for v in values):
+        fail(
+            f"a {kind} document source needs string {' and '.join(map(repr, keys[kind]))}",
+            index=index,
+            field=where,
+        )
+    value = cast(str, values[-1])
+    if kind == "base64":
+        url = f"data:{values[0]};base64,{value}"
+    elif kind == "text":
+        url = f"data:{values[0]},{urllib.parse.quote(value, safe='')}"
+    else:
+        url = ANTHROPIC_FILE_ID_URL + value if kind == "file" else value
+    try:
+        return FilePart(url=url, name=title)
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=where) from None
+
+
+def _document_out(part: FilePart, index: int, field: str) -> _Block:
+    url = part.url
+    source: _Block
+    if url.startswith(ANTHROPIC_FILE_ID_URL):
+        source = {"type": "file", "file_id": url[len(ANTHROPIC_FILE_ID_URL) :]}
+    elif url.startswith("data:") and "," in url:
+        head, data = url[5:].split(",", 1)
+        media_type = head.split(";", 1)[0] or "text/plain"
+        if head.endswith(";base64"):
+            source = {"type": "base64", "media_type": media_type, "data": data}
+        else:
+            text = urllib.parse.unquote(data)
+            source = {"type": "text", "media_type": media_type, "data": text}
+    elif url.startswith(("https://", "http://")):
+        source = {"type": "url", "url": url}
+    else:
+        fail(
+            f"Anthropic takes documents as data: or http(s):// URLs or Files API ids, got {url[:40]!r}",
+            index=index,
+            field=field,
+        )
+    block: _Block = {"type": "document", "source": source}
+    if part.name is not None:
+        block["title"] = part.name
+    return block
 
 
 def _tool_use_in(block: Mapping[str, object], index: int, field: str) -> ToolCall:
@@ -727,9 +836,10 @@ def _tool_result_in(
         for j, item in enumerate(value):
             item_field = f"{field}.content[{j}]"
             kind = _block_type(item, index, item_field)
-            if kind not in ("text", "image"):
+            if kind not in ("text", "image", "document"):
                 fail(
-                    f"unsupported block type {kind!r} in a tool_result; agentcontext models 'text' and 'image'",
+                    f"unsupported block type {kind!r} in a tool_result; agentcontext models 'text', 'image' "
+                    "and 'document'",
                     index=index,
                     field=f"{item_field}.type",
                 )

@@ -23,11 +23,13 @@ What is kept, and how:
   subclasses) raise `InvalidMessageError` naming the message and the fix.
 - ``content``: a string stays a string. A list of plain ``{"type": "text",
   "text": ...}`` and ``{"type": "image_url", "image_url": {...}}`` blocks becomes
-  `TextPart` / `ImagePart` objects. Any other list (reasoning, thinking or
+  `TextPart` / `ImagePart` objects. Any other list (files, reasoning, thinking or
   ``tool_use`` blocks, text blocks with annotations, bare strings...) is kept
   verbatim in ``extra["content"]``, and the message's content is what a
-  provider bills for it: the text of each block, its images, and the JSON of any
-  other block (``tool_use`` blocks duplicating a tool call are not counted
+  provider bills for it: the text of each block, its images, its files (as
+  `FilePart` s, counted by what they hold: a PDF by its pages, audio by its
+  length; LangChain's ``file`` / ``audio`` / ``video`` blocks and the OpenAI and
+  Anthropic shapes it forwards), and the JSON of any other block (``tool_use`` blocks duplicating a tool call are not counted
   twice). It comes back verbatim unless agentcontext rewrote the message (then
   the rewritten text is sent).
 - ``tool_calls`` become `ToolCall` objects whose ``arguments`` are the JSON that
@@ -61,13 +63,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from ..exceptions import InvalidMessageError, MissingDependencyError
 from ..invariants import ensure_valid
-from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id, new_id
+from ..messages import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    JSONValue,
+    Message,
+    Role,
+    TextPart,
+    ToolCall,
+    derive_id,
+    new_id,
+)
 from ._common import at, canonical_json, fail, json_value, type_name
 
 try:
@@ -392,9 +406,9 @@ def _billed_parts(blocks: list[JSONValue], index: int | None, call_ids: set[str]
             kind = block.get("type")
             if kind in _CALL_BLOCKS and (block.get("id") in call_ids or block.get("call_id") in call_ids):
                 continue  # the tool call itself is counted once, as a tool call
-            image = _image_of(block)
-            if image is not None:
-                parts.append(image)
+            attachment = _image_of(block) or _file_of(block)
+            if attachment is not None:
+                parts.append(attachment)
             elif isinstance(block.get("text"), str):
                 parts.append(TextPart(text=cast(str, block["text"])))
             elif kind in ("reasoning", "thinking") and isinstance(block.get(kind), str):
@@ -418,6 +432,71 @@ def _image_of(block: Mapping[str, JSONValue]) -> ImagePart | None:
         if not isinstance(url, str) and isinstance(data, str):
             url = f"data:{block.get('mime_type') or 'image/png'};base64,{data}"
     return ImagePart(url=url) if isinstance(url, str) else None
+
+
+_FILE_BLOCKS = frozenset({"file", "audio", "video", "input_audio", "input_file", "document"})
+
+
+def _file_of(block: Mapping[str, JSONValue]) -> FilePart | None:
+    """The file a block holds, in any shape LangChain passes to a provider, else None.
+
+    LangChain's own blocks (``file``, ``audio``, ``video``: v1 ``base64`` /
+    ``url`` / ``file_id``, v0 ``source_type`` + ``data`` / ``url`` / ``id``), and the
+    providers' shapes it forwards as they are (OpenAI ``file`` and
+    ``input_audio``, Responses ``input_file``, Anthropic ``document``).
+    """
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in _FILE_BLOCKS:
+        return None
+    inner = block.get(kind)
+    if kind in ("file", "input_audio") and isinstance(inner, dict):  # OpenAI's Chat Completions shape
+        if kind == "input_audio":
+            data, audio = inner.get("data"), inner.get("format")
+            if not isinstance(data, str):
+                return None
+            return _file(f"data:audio/{'mpeg' if audio == 'mp3' else audio};base64,{data}", None, None)
+        given = inner.get("file_data"), inner.get("file_id")
+        url = given[0] if isinstance(given[0], str) else f"openai-file-id:{given[1]}" if given[1] else None
+        return _file(url, None, inner.get("filename"))
+    if kind == "input_file":
+        source = block.get("file_data") or block.get("file_url")
+        if not source and block.get("file_id"):
+            source = f"openai-file-id:{block['file_id']}"
+        return _file(source, None, block.get("filename"))
+    if kind == "document":  # Anthropic's shape
+        source = block.get("source")
+        if not isinstance(source, dict):
+            return None
+        media = source.get("media_type")
+        if source.get("type") == "base64":
+            return _file(f"data:{media};base64,{source.get('data')}", None, block.get("title"))
+        if source.get("type") == "text" and isinstance(source.get("data"), str):
+            text = urllib.parse.quote(cast(str, source["data"]), safe="")
+            return _file(f"data:{media or 'text/plain'},{text}", None, block.get("title"))
+        return _file(source.get("url"), None, block.get("title"))
+    media = block.get("mime_type")
+    extras = block.get("extras") if isinstance(block.get("extras"), dict) else block.get("metadata")
+    name = block.get("filename") or (extras.get("filename") if isinstance(extras, dict) else None)
+    source_type = block.get("source_type")
+    data = (
+        block.get("base64") if source_type is None else block.get("data") if source_type == "base64" else None
+    )
+    if isinstance(data, str):
+        return _file(f"data:{media or 'application/octet-stream'};base64,{data}", media, name)
+    file_id = (
+        block.get("file_id") if source_type is None else block.get("id") if source_type == "id" else None
+    )
+    return _file(block.get("url") or (f"file-id:{file_id}" if file_id else None), media, name)
+
+
+def _file(url: JSONValue, media_type: JSONValue, name: JSONValue) -> FilePart | None:
+    if not isinstance(url, str):
+        return None
+    return FilePart(
+        url=url,
+        media_type=media_type if isinstance(media_type, str) else None,
+        name=name if isinstance(name, str) else None,
+    )
 
 
 def _tool_calls_in(lc: AIMessage, index: int | None, extra: dict[str, JSONValue]) -> tuple[ToolCall, ...]:
@@ -492,6 +571,8 @@ def _payload(f: _Fields) -> dict[str, JSONValue]:
 def _part_json(part: ContentPart) -> JSONValue:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
+    if isinstance(part, FilePart):
+        return {"type": "file", "url": part.url, "media_type": part.media_type, "name": part.name}
     return {
         "type": "image",
         "url": part.url,
@@ -721,6 +802,9 @@ def _content_out(m: Message, index: int | None) -> str | list[Any]:
         if isinstance(part, TextPart):
             blocks.append({"type": "text", "text": part.text})
             continue
+        if isinstance(part, FilePart):
+            blocks.append(_file_block(part))
+            continue
         if part.width is not None or part.height is not None:
             fail(
                 "LangChain image blocks carry no width or height; drop them from the ImagePart "
@@ -733,6 +817,25 @@ def _content_out(m: Message, index: int | None) -> str | list[Any]:
             image["detail"] = part.detail
         blocks.append({"type": "image_url", "image_url": image})
     return blocks
+
+
+def _file_block(part: FilePart) -> dict[str, Any]:
+    """A file the engine wrote into a message, as LangChain's standard block (``file``, ``audio``, ``video``)."""
+    media = part.media_type or ""
+    kind = media.split("/", 1)[0] if media.startswith(("audio/", "video/")) else "file"
+    block: dict[str, Any] = {"type": kind}
+    url = part.url
+    if url.startswith("data:") and url.split(",", 1)[0].endswith(";base64"):
+        block["base64"] = url.split(",", 1)[1]
+    elif url.startswith(("openai-file-id:", "anthropic-file-id:", "file-id:")):
+        block["file_id"] = url.split(":", 1)[1]
+    else:
+        block["url"] = url
+    if media:
+        block["mime_type"] = media
+    if part.name is not None:
+        block["extras"] = {"filename": part.name}
+    return block
 
 
 def _tool_calls_out(m: Message, index: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

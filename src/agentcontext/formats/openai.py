@@ -15,8 +15,12 @@
 What is kept, and how:
 
 - ``content`` keeps its form: a string stays a string, a list of parts stays a
-  tuple of `TextPart`/`ImagePart` (``image_url.detail`` included), ``None``
-  stays ``None``. An assistant message without a ``content`` key reads as
+  tuple of `TextPart`/`ImagePart` (``image_url.detail`` included)/`FilePart`,
+  ``None`` stays ``None``. A ``file`` part is a `FilePart` whose URL is its
+  ``file_data`` (a ``data:`` URL) or ``openai-file-id:<file_id>``, named by its
+  ``filename``; an ``input_audio`` part is a `FilePart` with a base64 ``data:``
+  URL of type ``audio/wav`` or ``audio/mpeg`` (and is written back as one).
+  Files are counted by what they hold (`agentcontext.tokens.file_tokens`). An assistant message without a ``content`` key reads as
   ``content: None`` and is written back with it, as the API itself returns it.
 - ``tool_calls`` become `ToolCall` objects with the ``arguments`` text verbatim
   (even when it is not valid JSON); ``tool_call_id`` and ``name`` (on any role,
@@ -29,7 +33,7 @@ What is kept, and how:
   ``developer`` message becomes a canonical system message with
   ``extra={"role": "developer"}`` and is written back as ``developer``.
 - Inside content parts and tool calls nothing is dropped: a part type or key
-  agentcontext does not model (``input_audio``, ``file``, ``refusal`` parts,
+  agentcontext does not model (``refusal`` parts,
   ``cache_control``...) raises `InvalidMessageError` naming the message and the
   field, rather than vanishing; or, with ``to_messages(..., unknown="keep")``
   (what a proxy in front of any client needs: LiteLLM users put
@@ -56,6 +60,7 @@ from ..invariants import ensure_valid
 from ..messages import (
     ROLES,
     ContentPart,
+    FilePart,
     ImagePart,
     JSONValue,
     Message,
@@ -65,7 +70,16 @@ from ..messages import (
     derive_id,
     new_id,
 )
-from ._common import at, canonical_json, fail, json_value, only_keys, text_part_in, type_name
+from ._common import (
+    OPENAI_FILE_ID_URL,
+    at,
+    canonical_json,
+    fail,
+    json_value,
+    only_keys,
+    text_part_in,
+    type_name,
+)
 from ._wire import ChatMessage
 
 __all__ = ["KEY", "from_message", "from_messages", "to_message", "to_messages"]
@@ -76,10 +90,10 @@ Unknown: TypeAlias = Literal["raise", "keep"]
 
 _MODELLED = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 # Which content part types OpenAI accepts in which role (the SDK's *MessageParam
-# types): images only from the user; system, assistant and tool messages take text.
+# types): images, files and audio only from the user; system, assistant and tool messages take text.
 _PART_TYPES: Mapping[str, frozenset[str]] = {
     "system": frozenset({"text"}),
-    "user": frozenset({"text", "image_url"}),
+    "user": frozenset({"text", "image_url", "file", "input_audio"}),
     "assistant": frozenset({"text"}),
     "tool": frozenset({"text"}),
 }
@@ -271,7 +285,25 @@ def _content_in(
     return tuple(parts)
 
 
-_PART_KEYS: Mapping[str, tuple[str, ...]] = {"text": ("type", "text"), "image_url": ("type", "image_url")}
+_PART_KEYS: Mapping[str, tuple[str, ...]] = {
+    "text": ("type", "text"),
+    "image_url": ("type", "image_url"),
+    "file": ("type", "file"),
+    "input_audio": ("type", "input_audio"),
+}
+_INNER_KEYS: Mapping[str, tuple[str, ...]] = {
+    "image_url": ("url", "detail"),
+    "file": ("file_data", "file_id", "filename"),
+    "input_audio": ("data", "format"),
+}
+# input_audio names its format; a FilePart carries the media type.
+_AUDIO_TYPES: Mapping[str, str] = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+_AUDIO_FORMATS: Mapping[str, str] = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
 
 
 def _modelled_part(
@@ -282,16 +314,19 @@ def _modelled_part(
     if not isinstance(kind, str) or kind not in allowed:
         reduced.add(f"{kind!r} parts in {role} messages")
         return None
-    keys = _PART_KEYS[kind]
-    if all(k in keys for k in part):
-        image = part.get("image_url")
-        if not isinstance(image, Mapping) or all(k in ("url", "detail") for k in image):
-            return part
-    reduced.add(", ".join(repr(k) for k in part if k not in keys) + f" on {kind} parts")
+    keys, inner_keys = _PART_KEYS[kind], _INNER_KEYS.get(kind, ())
+    inner = part.get(kind) if inner_keys else None
+    if all(k in keys for k in part) and (
+        not isinstance(inner, Mapping) or all(k in inner_keys for k in inner)
+    ):
+        return part
+    unknown = [k for k in part if k not in keys]
+    if isinstance(inner, Mapping):
+        unknown += [f"{kind}.{k}" for k in inner if k not in inner_keys]
+    reduced.add(", ".join(repr(k) for k in unknown) + f" on {kind} parts")
     out = {k: v for k, v in part.items() if k in keys}
-    image = out.get("image_url")
-    if isinstance(image, Mapping):
-        out["image_url"] = {k: v for k, v in image.items() if k in ("url", "detail")}
+    if isinstance(inner, Mapping):
+        out[kind] = {k: v for k, v in inner.items() if k in inner_keys}
     return out
 
 
@@ -302,15 +337,17 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
         )
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in allowed:
-        if kind == "image_url":
-            why = f"OpenAI accepts image parts only in user messages, not in {role} ones"
+        if kind in _PART_TYPES["user"]:
+            why = f"OpenAI accepts {kind!r} parts only in user messages, not in {role} ones"
         else:
             why = f"unsupported content part type {kind!r}; agentcontext models 'text' parts" + (
-                " and 'image_url' parts" if role == "user" else f" in {role} messages"
+                ", 'image_url', 'file' and 'input_audio' parts" if role == "user" else f" in {role} messages"
             )
         fail(why, index=index, field=f"{field}.type")
     if kind == "text":
         return text_part_in(part, index=index, field=field, noun="part")
+    if kind in ("file", "input_audio"):
+        return _file_part_in(part, kind, index, field)
     only_keys(part, ("type", "image_url"), index=index, field=field)
     image = part.get("image_url")
     if not isinstance(image, Mapping):
@@ -338,6 +375,50 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
         return ImagePart(url=url, detail=cast("_Detail | None", detail))
     except InvalidMessageError as e:
         raise at(e, index=index, field=f"{field}.image_url.url") from None
+
+
+def _file_part_in(part: Mapping[str, object], kind: str, index: int | None, field: str) -> FilePart:
+    """A ``file`` part (``file_data`` or ``file_id``, with a ``filename``) or an ``input_audio`` part."""
+    only_keys(part, ("type", kind), index=index, field=field)
+    body = part.get(kind)
+    keys = _INNER_KEYS[kind]
+    if not isinstance(body, Mapping):
+        expected = ", ".join(f"{k!r}: ..." for k in keys)
+        fail(
+            f"{kind!r} must be an object {{{expected}}}, got {type_name(body)}",
+            index=index,
+            field=f"{field}.{kind}",
+        )
+    only_keys(body, keys, index=index, field=f"{field}.{kind}")
+    for key, value in body.items():
+        if not isinstance(value, str):
+            fail(
+                f"'{kind}.{key}' must be a string, got {type_name(value)}",
+                index=index,
+                field=f"{field}.{kind}.{key}",
+            )
+    try:
+        if kind == "input_audio":
+            data, audio = body.get("data"), body.get("format")
+            if not isinstance(data, str) or not isinstance(audio, str):
+                fail(
+                    "'input_audio' needs 'data' (base64) and 'format' ('wav' or 'mp3')",
+                    index=index,
+                    field=f"{field}.input_audio",
+                )
+            media = _AUDIO_TYPES.get(audio, f"audio/{audio}")
+            return FilePart(url=f"data:{media};base64,{data}")
+        data, file_id, name = body.get("file_data"), body.get("file_id"), body.get("filename")
+        if (data is None) == (file_id is None):
+            fail(
+                "a 'file' part needs exactly one of 'file_data' (a data: URL) and 'file_id'",
+                index=index,
+                field=f"{field}.file",
+            )
+        url = cast(str, data) if data is not None else OPENAI_FILE_ID_URL + cast(str, file_id)
+        return FilePart(url=url, name=cast("str | None", name))
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=f"{field}.{kind}") from None
 
 
 def _tool_calls_in(
@@ -534,14 +615,34 @@ def _content_out(m: Message, index: int | None) -> JSONValue:
             parts.append({"type": "text", "text": part.text})
             continue
         if m.role != "user":
+            what = "images" if isinstance(part, ImagePart) else "files"
             fail(
-                f"OpenAI accepts images only in user messages, not in {m.role} ones; "
-                "describe the image in text, or move it to a user message",
+                f"OpenAI accepts {what} only in user messages, not in {m.role} ones; "
+                f"describe the {what[:-1]} in text, or move it to a user message",
                 index=index,
                 field=f"content[{j}]",
             )
+        if isinstance(part, FilePart):
+            parts.append(_file_part_out(part))
+            continue
         image: dict[str, JSONValue] = {"url": part.url}
         if part.detail is not None:
             image["detail"] = part.detail
         parts.append({"type": "image_url", "image_url": image})
     return parts
+
+
+def _file_part_out(part: FilePart) -> JSONValue:
+    """An ``input_audio`` part for audio in a base64 ``data:`` URL without a name, else a ``file`` part."""
+    media, url = part.media_type or "", part.url
+    if media.startswith("audio/") and part.name is None and url.startswith("data:") and ";base64," in url:
+        audio = _AUDIO_FORMATS.get(media, media.removeprefix("audio/"))
+        return {"type": "input_audio", "input_audio": {"data": url.split(",", 1)[1], "format": audio}}
+    file: dict[str, JSONValue] = (
+        {"file_id": url[len(OPENAI_FILE_ID_URL) :]}
+        if url.startswith(OPENAI_FILE_ID_URL)
+        else {"file_data": url}
+    )
+    if part.name is not None:
+        file["filename"] = part.name
+    return {"type": "file", "file": file}

@@ -34,14 +34,17 @@ How the two shapes map:
   messages; canonically they pair up on ``tool_call_id``, as providers expect.
 - User content lists keep one canonical part per item: text (``str``,
   ``TextContent``) a `TextPart`, images (``ImageUrl``, image ``BinaryContent``)
-  an `ImagePart`. An item agentcontext cannot count (audio, documents, video,
-  uploaded files, files a tool returned) stands as a short text placeholder and
-  is passed through unchanged with a `ConversionWarning`; a ``CachePoint``
-  stands as an empty text part.
+  an `ImagePart`, files (``DocumentUrl``, ``AudioUrl``, ``VideoUrl``, other
+  ``BinaryContent``, ``UploadedFile`` as ``<provider>-file-id:<id>``) a
+  `FilePart`, counted by what it holds (`agentcontext.tokens.file_tokens`: a
+  PDF by its pages); a ``CachePoint`` stands as an empty text part. The images
+  and files a tool returns (which Pydantic AI sends in a user message after the
+  results) are parts of that tool message, after its text, so they are counted
+  with it and go when it is masked.
 - Everything else is kept in ``Message.extra["pydantic_ai"]``: each message's
   own fields (timestamps, ``instructions``, ``run_id``, usage, ``model_name``,
   provider details...), the parts the model does not read as text
-  (``ThinkingPart``, native tool parts, files, instruction and tool deltas...)
+  (``ThinkingPart``, native tool parts, instruction and tool deltas...)
   next to the part they followed, and whole messages without a readable part (a
   request holding only instructions) with the next message. Nothing is dropped.
   Of these, the text of ``ThinkingPart`` s is counted (``extra["reasoning"]``):
@@ -80,7 +83,17 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from ..exceptions import ConversionWarning, InvalidMessageError, MissingDependencyError
-from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
+from ..messages import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    JSONValue,
+    Message,
+    Role,
+    TextPart,
+    ToolCall,
+    derive_id,
+)
 from ._common import at, canonical_json, fail, type_name
 
 try:
@@ -108,7 +121,9 @@ _MESSAGE: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage, conf
 _REQUEST_PART: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelRequestPart, config=_CONFIG)
 _RESPONSE_PART: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelResponsePart, config=_CONFIG)
 _DATETIME: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
-_PASSED_THROUGH = (pm.AudioUrl, pm.DocumentUrl, pm.VideoUrl, pm.BinaryContent, pm.UploadedFile, pm.CachePoint)
+_FILES = (pm.AudioUrl, pm.DocumentUrl, pm.VideoUrl, pm.BinaryContent, pm.UploadedFile)
+_FILE_ID = "-file-id:"
+"""An ``UploadedFile`` stands as a `FilePart` whose URL is ``<provider>-file-id:<file id>``."""
 
 # Pydantic AI releases differ (openai<3 caps it at 2.31, where these are missing); what a release lacks is
 # not converted, never guessed at.
@@ -132,12 +147,12 @@ class _Fields:
     name: str | None = None
 
 
-def _request_fields(part: object, *, index: int | None, field: str, warn: bool = True) -> _Fields | None:
+def _request_fields(part: object, *, index: int | None, field: str) -> _Fields | None:
     """The canonical fields of a request part the model reads; None for one it does not read as text."""
     if isinstance(part, pm.SystemPromptPart):
         return _Fields("system", _text(part.content, index, f"{field}.content"))
     if isinstance(part, pm.UserPromptPart):
-        return _Fields("user", _user_content(part.content, index, field, warn=warn))
+        return _Fields("user", _user_content(part.content, index, field))
     if isinstance(part, pm.ToolReturnPart):
         if not isinstance(part.tool_call_id, str) or not part.tool_call_id:
             fail(
@@ -157,11 +172,12 @@ def _request_fields(part: object, *, index: int | None, field: str, warn: bool =
                     index=index,
                     field=f"{field}.content",
                 )
-            files = [f for f in files if not isinstance(f, str)]  # the labels Pydantic AI puts before each
-            if files and warn:
-                _warn_not_counted(
-                    index, f"{len(files)} file(s) returned by tool {part.tool_name!r} ({field})"
-                )
+            # Pydantic AI sends the files a tool returned in a user message after the results; they are
+            # counted with the result they belong to (the labels it puts before each are not items).
+            attachments = [_item_part(f, index, f"{field}.content") for f in files if not isinstance(f, str)]
+            if attachments:
+                content = (TextPart(text=_text(text, index, f"{field}.content")), *attachments)
+                return _Fields("tool", content, part.tool_call_id, part.tool_name)
         return _Fields("tool", _text(text, index, f"{field}.content"), part.tool_call_id, part.tool_name)
     if _RETRY_FEEDBACK is not None and isinstance(part, _RETRY_FEEDBACK):
         return _Fields("user", _text(part.model_response(), index, f"{field}.content"))
@@ -181,22 +197,12 @@ def _text(value: object, index: int | None, field: str) -> str:
     return value
 
 
-def _placeholder(item: object) -> str:
-    """The text an item agentcontext does not count stands as (a ``CachePoint``: nothing)."""
-    if isinstance(item, pm.CachePoint):
-        return ""
-    kind = getattr(item, "kind", type(item).__name__)
-    ident = getattr(item, "identifier", None) or ""
-    return f"[{kind} {ident}: passed through, not counted]"
-
-
 def _modelled(item: object) -> bool:
-    return isinstance(item, str | pm.TextContent | pm.ImageUrl) or (
-        isinstance(item, pm.BinaryContent) and item.is_image
-    )
+    """Whether a user content item stands as a canonical part of its own (a ``CachePoint`` does not)."""
+    return isinstance(item, (str, pm.TextContent, pm.ImageUrl, *_FILES))
 
 
-def _item_part(item: object, index: int | None, field: str, *, warn: bool) -> ContentPart:
+def _item_part(item: object, index: int | None, field: str) -> ContentPart:
     if isinstance(item, str):
         return TextPart(text=item)
     if isinstance(item, pm.TextContent):
@@ -205,11 +211,26 @@ def _item_part(item: object, index: int | None, field: str, *, warn: bool) -> Co
         return ImagePart(url=item.url, detail=_detail(item.vendor_metadata))
     if isinstance(item, pm.BinaryContent) and item.is_image:
         return ImagePart(url=item.data_uri, detail=_detail(item.vendor_metadata))
-    if not isinstance(item, _PASSED_THROUGH):
+    if isinstance(item, pm.CachePoint):
+        return TextPart(text="")
+    if not isinstance(item, _FILES):
         fail(f"not a user content item: {type_name(item)}", index=index, field=field)
-    if warn and not isinstance(item, pm.CachePoint):
-        _warn_not_counted(index, f"a {getattr(item, 'kind', type(item).__name__)} item ({field})")
-    return TextPart(text=_placeholder(item))
+    try:
+        if isinstance(item, pm.BinaryContent):
+            return FilePart(url=item.data_uri, media_type=item.media_type)
+        if isinstance(item, pm.UploadedFile):
+            return FilePart(url=f"{item.provider_name}{_FILE_ID}{item.file_id}", media_type=item.media_type)
+        return FilePart(url=item.url, media_type=_url_media_type(item))
+    except InvalidMessageError as e:
+        raise at(e, index=index, field=field) from None
+
+
+def _url_media_type(item: pm.FileUrl) -> str | None:
+    try:  # inferred from the URL's extension, and raising when it cannot be
+        media: str = item.media_type
+    except ValueError:
+        return None
+    return media
 
 
 def _detail(vendor_metadata: Mapping[str, Any] | None) -> Any:
@@ -217,9 +238,7 @@ def _detail(vendor_metadata: Mapping[str, Any] | None) -> Any:
     return detail if detail in ("auto", "low", "high") else None
 
 
-def _user_content(
-    content: object, index: int | None, field: str, *, warn: bool
-) -> str | tuple[ContentPart, ...]:
+def _user_content(content: object, index: int | None, field: str) -> str | tuple[ContentPart, ...]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list | tuple):
@@ -228,18 +247,7 @@ def _user_content(
             index=index,
             field=f"{field}.content",
         )
-    return tuple(
-        _item_part(item, index, f"{field}.content[{j}]", warn=warn) for j, item in enumerate(content)
-    )
-
-
-def _warn_not_counted(index: int | None, what: str) -> None:
-    where = f"message {index}: " if index is not None else ""
-    warnings.warn(
-        f"{where}{what} passed through unchanged; agentcontext does not count its tokens",
-        ConversionWarning,
-        stacklevel=5,
-    )
+    return tuple(_item_part(item, index, f"{field}.content[{j}]") for j, item in enumerate(content))
 
 
 def _response_fields(
@@ -272,7 +280,14 @@ def _arguments(part: Any) -> str:
 
 def _content_json(content: object) -> JSONValue:
     if isinstance(content, tuple):
-        return [[p.text] if isinstance(p, TextPart) else [p.url, p.detail] for p in content]
+        return [
+            [p.text]
+            if isinstance(p, TextPart)
+            else [p.url, p.detail]
+            if isinstance(p, ImagePart)
+            else ["file", p.url, p.media_type, p.name]
+            for p in content
+        ]
     return cast(JSONValue, content)
 
 
@@ -595,7 +610,7 @@ def part_spans(message: object) -> list[tuple[int, int, int | None]]:
         content, calls = _response_fields(message.parts)
         return [(0, len(message.parts), None)] if content is not None or calls else []
     parts = getattr(message, "parts", ())
-    fields = [_request_fields(p, index=None, field="", warn=False) for p in parts]
+    fields = [_request_fields(p, index=None, field="") for p in parts]
     return [(a, b, j) for a, b, j in _spans(fields)]
 
 
@@ -798,7 +813,7 @@ class Rebuilder:
 
     def _refill(self, m: Message, part: Any, index: int) -> Any:
         """``part`` with ``m``'s canonical fields (as it was when they agree), marked when ``m`` has metadata."""
-        fields = _request_fields(part, index=index, field="content", warn=False)
+        fields = _request_fields(part, index=index, field="content")
         if fields is None or fields.role != m.role:
             return self._new_request_part(m, index)
         same = fields.content == m.content and fields.tool_call_id == m.tool_call_id
@@ -815,7 +830,8 @@ class Rebuilder:
                 # The engine rewrote the result (masked, cut): the model is shown its text as written, not
                 # wrapped as an error, so a failed call's placeholder reads as the placeholder it is.
                 cleared: dict[str, Any] = {"retry": None} if _RETURN_HAS_RETRY else {}
-                part = dataclasses.replace(part, content=_plain_text(m, index), outcome="success", **cleared)
+                content = _tool_content(m, part.content, index)
+                part = dataclasses.replace(part, content=content, outcome="success", **cleared)
             if part.tool_call_id != m.tool_call_id or (m.name is not None and m.name != part.tool_name):
                 part = dataclasses.replace(
                     part, tool_call_id=m.tool_call_id or part.tool_call_id, tool_name=m.name or part.tool_name
@@ -834,7 +850,9 @@ class Rebuilder:
             return _marked_user(user, m) if m.metadata else user
         assert m.tool_call_id is not None
         name = m.name or getattr(like, "tool_name", None) or self._tool_name(m)
-        tool = pm.ToolReturnPart(tool_name=name, content=_plain_text(m, index), tool_call_id=m.tool_call_id)
+        tool = pm.ToolReturnPart(
+            tool_name=name, content=_tool_content(m, None, index), tool_call_id=m.tool_call_id
+        )
         return _marked(tool, m) if m.metadata else tool
 
     def _tool_name(self, m: Message) -> str:
@@ -867,10 +885,10 @@ class Rebuilder:
 
 
 def _plain_text(m: Message, index: int) -> str:
-    if m.images:
+    if m.attachments:
         fail(
-            f"Pydantic AI takes images only in user messages, not in {m.role} ones; describe the image in "
-            "text, or move it to a user message",
+            f"Pydantic AI takes images and files only in user messages and tool returns, not in {m.role} "
+            "ones; describe them in text, or move them to a user message",
             index=index,
             field="content",
         )
@@ -887,7 +905,7 @@ def _user_items(m: Message, original: object, index: int) -> str | list[Any]:
     if isinstance(content, str):
         return [pm.TextContent(content)] if m.metadata else content
     old = list(original) if isinstance(original, list | tuple) else []
-    old_parts = [_item_part(item, index, "content", warn=False) for item in old]
+    old_parts = [_item_part(item, index, "content") for item in old]
     used = [False] * len(old)
     items: list[Any] = []
     for j, part in enumerate(content):
@@ -900,20 +918,51 @@ def _user_items(m: Message, original: object, index: int) -> str | list[Any]:
         elif isinstance(part, TextPart):
             items.append(part.text)
         else:
-            items.append(_image_item(part, index, j))
+            items.append(_attachment_item(part, index, j))
     items.extend(item for k, item in enumerate(old) if not used[k] and not _modelled(item))
     return items
 
 
-def _image_item(part: ImagePart, index: int, j: int) -> Any:
-    vendor = {"detail": part.detail} if part.detail is not None else None
-    if part.url.startswith("data:"):
+def _tool_content(m: Message, original: object, index: int) -> Any:
+    """A tool return's content for ``m``: its text, and the images and files it still holds (originals reused)."""
+    if not m.attachments:
+        return m.text
+    old = _split_files(original)
+    items: list[Any] = [m.text]
+    for j, part in enumerate(m.attachments):
+        same = next((item for item in old if _item_part(item, index, "content") == part), None)
+        items.append(same if same is not None else _attachment_item(part, index, j))
+    return items
+
+
+def _split_files(content: object) -> list[Any]:
+    items = content if isinstance(content, list | tuple) else [content]
+    return [item for item in items if isinstance(item, (pm.ImageUrl, *_FILES))]
+
+
+def _attachment_item(part: ImagePart | FilePart, index: int, j: int) -> Any:
+    url = part.url
+    vendor = {"detail": part.detail} if isinstance(part, ImagePart) and part.detail is not None else None
+    if url.startswith("data:"):
         try:
-            binary = pm.BinaryContent.from_data_uri(part.url)
+            binary = pm.BinaryContent.from_data_uri(url)
         except (ValueError, TypeError) as e:
             fail(f"not a usable data URL: {e}", index=index, field=f"content[{j}]")
         return dataclasses.replace(binary, vendor_metadata=vendor)
-    return pm.ImageUrl(part.url, vendor_metadata=vendor)
+    if isinstance(part, ImagePart):
+        return pm.ImageUrl(url, vendor_metadata=vendor)
+    if _FILE_ID in url.split(":", 1)[0] + ":":
+        provider, file_id = url.split(_FILE_ID, 1)
+        return pm.UploadedFile(file_id, cast(Any, provider), media_type=part.media_type)
+    media = part.media_type or ""
+    kind = (
+        pm.AudioUrl
+        if media.startswith("audio/")
+        else pm.VideoUrl
+        if media.startswith("video/")
+        else pm.DocumentUrl
+    )
+    return kind(url, media_type=part.media_type)
 
 
 def _with_marker(metadata: Any, m: Message, **more: Any) -> Any:
@@ -969,9 +1018,9 @@ def _marked_user(part: pm.UserPromptPart, m: Message) -> pm.UserPromptPart:
 
 def _refill_response(parts: list[Any], m: Message, index: int) -> list[Any]:
     """The response's parts with ``m``'s text and tool calls; the other parts and fields stay where they were."""
-    if m.images:
+    if m.attachments:
         fail(
-            "Pydantic AI responses carry no images in text; describe the image in text",
+            "Pydantic AI responses carry no images or files; describe them in text",
             index=index,
             field="content",
         )

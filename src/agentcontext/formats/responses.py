@@ -39,13 +39,18 @@ lands in one message or one call/result pair:
   ``mcp_approval_response``, ``program_output``...) are assistant messages of
   their own.
 
+**Files.** An ``input_file`` part (in a message or a tool output) is a
+`FilePart`: its URL is the ``file_data`` (a ``data:`` URL), the ``file_url``,
+or ``openai-file-id:<file_id>``, its name the ``filename``; it is counted by
+what it holds (`agentcontext.tokens.file_tokens`: a PDF by its pages).
+
 **Counted, never edited.** What agentcontext does not model (a hosted item, a
-file part, a computer screenshot output) is carried as the item's JSON text
-(sorted keys) in the message's content, so the counter counts it and a
-summarizer can read it; image URLs inside become image parts (counted as
-images; an image given by ``file_id`` is an image part whose URL is
-``openai-file-id:<id>``, written back as the file id) and ``file_data`` stays out of the text (a file costs what its pages
-cost, which a client cannot know; the text notes its size). Reasoning items
+computer screenshot output) is carried as the item's JSON text (sorted keys) in
+the message's content, so the counter counts it and a summarizer can read it;
+image URLs inside become image parts (counted as images; an image given by
+``file_id`` is an image part whose URL is ``openai-file-id:<id>``, written back
+as the file id) and ``file_data`` stays out of the text (the text notes its
+size). Reasoning items
 are not counted: their encrypted content is not text the model reads back, and
 the API drops reasoning from earlier turns. Everything else of every item
 (ids, ``status``, annotations, ``phase``, ``encrypted_content``...) is kept in
@@ -88,6 +93,7 @@ reasoning item is then not sent).
 from __future__ import annotations
 
 import json
+import mimetypes
 import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -95,7 +101,17 @@ from typing import Literal, TypeAlias, cast
 
 from ..exceptions import ConversionWarning, InvalidMessageError
 from ..invariants import LAYOUT_KEY
-from ..messages import ContentPart, ImagePart, JSONValue, Message, Role, TextPart, ToolCall, derive_id
+from ..messages import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    JSONValue,
+    Message,
+    Role,
+    TextPart,
+    ToolCall,
+    derive_id,
+)
 from ._common import at, canonical_json, fail, json_value, type_name
 from ._responses_back import (
     CALL_FIELD,
@@ -492,9 +508,31 @@ def _parts_in(unit: _Unit, parts: list[JSONValue], index: int, where: str) -> li
                 raise at(e, index=index, field=f"{field_name}.{key}") from None
             unit.parts.append(image)
             layout.append(["image_file" if by_id else "image", {**part, key: None}])
+        elif kind == "input_file" and (source := _file_source(part)) is not None:
+            value = cast(str, part[source])
+            name = part.get("filename")
+            how = source
+            if source == "file_id":
+                value = FILE_ID_URL + value
+            elif source == "file_data" and not value.startswith("data:"):
+                # Bare base64 (the API takes it too): a data: URL typed by the file's name, unwrapped on the way back.
+                media = mimetypes.guess_type(name)[0] if isinstance(name, str) else None
+                value, how = f"data:{media or 'application/octet-stream'};base64,{value}", "file_data_bare"
+            try:
+                file = FilePart(url=value, name=name if isinstance(name, str) else None)
+            except InvalidMessageError as e:
+                raise at(e, index=index, field=f"{field_name}.{source}") from None
+            unit.parts.append(file)
+            layout.append([f"file:{how}", {**part, source: None}])
         else:
             layout.append(["opaque", _render(unit, part, index, field_name)])
     return layout
+
+
+def _file_source(part: Mapping[str, JSONValue]) -> str | None:
+    """The one key an ``input_file`` part gives its file by (None: none, or more than one)."""
+    given = [k for k in ("file_data", "file_id", "file_url") if part.get(k) is not None]
+    return given[0] if len(given) == 1 and isinstance(part[given[0]], str) else None
 
 
 def _file_id_only(part: Mapping[str, JSONValue]) -> bool:

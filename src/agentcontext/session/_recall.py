@@ -23,7 +23,7 @@ from typing import Literal, TypeAlias
 from ..artifacts import REF_PREFIX, ArtifactStore, parse_ref
 from ..compaction import MessageKind, kind_of
 from ..exceptions import ConfigError, RecallError
-from ..messages import ImagePart, JSONValue, Message
+from ..messages import FilePart, ImagePart, JSONValue, Message
 from ._records import CompactionRecord
 
 __all__ = [
@@ -244,17 +244,18 @@ def render_message(m: Message) -> str:
     text = m.text
     if text:
         lines.append(text)
-    for image in m.images:
-        lines.append(f"[image: {_image_note(image)}]")
+    for part in m.attachments:
+        lines.append(f"[{part.kind}: {_attachment_note(part)}]")
     for call in m.tool_calls:
         lines.append(f"[tool call {call.name} (id {call.id})] {call.arguments}")
     return "\n".join(lines)
 
 
-def _image_note(image: ImagePart) -> str:
-    if image.url.startswith("data:"):
-        return f"inline {image.media_type or 'image'}, {len(image.url):,} characters of data"
-    return image.url
+def _attachment_note(part: ImagePart | FilePart) -> str:
+    name = f"{part.name}, " if isinstance(part, FilePart) and part.name else ""
+    if part.url.startswith("data:"):
+        return f"{name}inline {part.media_type or part.kind}, {len(part.url):,} characters of data"
+    return name + part.url
 
 
 def message_heading(m: Message) -> str:

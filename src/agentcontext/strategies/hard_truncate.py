@@ -210,7 +210,7 @@ class HardTruncate(PureStrategy):
                 text, counter=ctx.counter, max_tokens=text_budget, ref=ref, head_share=self.head_share
             )
             if short != text:
-                # Images are dropped from a shortened message: they are what makes it large.
+                # Images and files are dropped from a shortened message: they are what makes it large.
                 new_content = (TextPart(text=short),)
         calls = m.tool_calls
         new_calls = calls

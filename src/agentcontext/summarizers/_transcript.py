@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from ..compaction import is_observation, kind_of
-from ..messages import Message, tool_call_index, tool_name_for
+from ..messages import ImagePart, Message, tool_call_index, tool_name_for
 
 __all__ = ["Language", "detect_language", "render_transcript", "terminal_text"]
 
@@ -150,8 +150,8 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
         if max_chars_per_message is not None and len(body) > max_chars_per_message:
             half = max_chars_per_message // 2
             body = body[:half] + f"\n[... {len(body) - 2 * half:,} characters omitted ...]\n" + body[-half:]
-        if m.images:
-            body += "".join("\n[image]" for _ in m.images)
+        for part in m.attachments:
+            body += "\n[image]" if isinstance(part, ImagePart) else f"\n[file {_defuse(part.label)}]"
         lines.append(f"<message {attrs}>")
         if body:
             lines.append(body)

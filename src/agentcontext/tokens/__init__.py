@@ -32,6 +32,7 @@ from ._base import (
 from ._calibrate import CalibratedCounter, Calibration
 from ._encodings import ENCODING_NAMES, load_encoding
 from ._estimate import ScriptEstimator
+from ._files import UNKNOWN_FILE_TOKENS, file_tokens, pdf_pages
 from ._hf import HuggingFaceCounter
 from ._images import ImageProvider, image_size, image_tokens
 from ._registry import TOKENIZER_NAMES, counter_for_tokenizer
@@ -55,9 +56,12 @@ __all__ = [
     "TOKENIZER_NAMES",
     "TiktokenCounter",
     "TokenCounter",
+    "UNKNOWN_FILE_TOKENS",
     "counter_for_tokenizer",
+    "file_tokens",
     "image_size",
     "image_tokens",
     "load_encoding",
+    "pdf_pages",
     "render_tools",
 ]

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..exceptions import ConfigError, InvalidMessageError, UsageError
-from ..messages import ImagePart, JSONValue, Message, carried_texts
+from ..messages import ImagePart, JSONValue, Message, TextPart, carried_texts
+from ._files import file_tokens
 from ._images import ImageProvider, image_tokens
 from ._tools import render_tools
 
@@ -99,7 +100,7 @@ class ChatFormat:
     recent Claude models with ``tool_choice`` auto); set it here for those models.
     """
     image_provider: ImageProvider = "openai"
-    """Whose image rule `image_tokens` applies: ``"openai"``, ``"anthropic"`` or ``"gemini"``."""
+    """Whose image and file rules `image_tokens` and `file_tokens` apply: ``"openai"``, ``"anthropic"`` or ``"gemini"``."""
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -453,10 +454,12 @@ class BaseTokenCounter(ABC):
             n += text(content)
         elif content is not None:
             for part in content:
-                if isinstance(part, ImagePart):
+                if isinstance(part, TextPart):
+                    n += text(part.text)
+                elif isinstance(part, ImagePart):
                     n += image_tokens(part, provider=fmt.image_provider)
                 else:
-                    n += text(part.text)
+                    n += file_tokens(part, provider=fmt.image_provider, count_text=self._count)
         # A tool result's name is the tool's, already paid for in the call it answers.
         if m.name is not None and m.role != "tool":
             n += text(m.name) + fmt.per_name

@@ -1,0 +1,146 @@
+"""Files are counted by what they hold: a PDF by its pages, audio and video by their length, text as text."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import wave
+import zlib
+
+import pytest
+
+import agentcontext as ac
+from agentcontext import FilePart, Message, TextPart
+from agentcontext.exceptions import InvalidMessageError
+from agentcontext.tokens import UNKNOWN_FILE_TOKENS, file_tokens, pdf_pages
+
+
+def data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def pdf(pages: int) -> bytes:
+    """A PDF whose page objects stand in the file, as most writers put them."""
+    objects = b"".join(b"%d 0 obj << /Type /Page /Parent 9 0 R >> endobj\n" % (i + 1) for i in range(pages))
+    return (
+        b"%PDF-1.4\n" + objects + b"9 0 obj << /Type /Pages /Count " + str(pages).encode() + b" >> endobj\n"
+    )
+
+
+def pdf_with_object_streams(pages: int) -> bytes:
+    """A PDF 1.5 whose page objects are compressed in an object stream: not readable in the raw bytes."""
+    objects = b"".join(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>\n" for _ in range(pages))
+    stream = zlib.compress(objects)
+    head = f"%PDF-1.5\n1 0 obj << /Type /ObjStm /N {pages} /First 0 /Filter /FlateDecode /Length {len(stream)} >>"
+    return head.encode() + b"\nstream\n" + stream + b"\nendstream\nendobj\n"
+
+
+def wav(seconds: float, rate: int = 16_000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\x00\x00" * int(seconds * rate))
+    return buffer.getvalue()
+
+
+def mp4(seconds: int) -> bytes:
+    """The start of an MP4: an ``ftyp`` box, then a ``moov`` holding the ``mvhd`` that gives the length."""
+    mvhd_body = struct.pack(">B3xIIII", 0, 0, 0, 1_000, seconds * 1_000) + b"\x00" * 80
+    mvhd = struct.pack(">I4s", 8 + len(mvhd_body), b"mvhd") + mvhd_body
+    moov = struct.pack(">I4s", 8 + len(mvhd), b"moov") + mvhd
+    return struct.pack(">I4s", 16, b"ftyp") + b"isom\x00\x00\x02\x00" + moov + b"\x00" * 50_000
+
+
+@pytest.mark.parametrize("pages", [1, 3, 12])
+def test_a_pdf_costs_its_pages(pages: int) -> None:
+    assert pdf_pages(pdf(pages)) == pages
+    part = FilePart(url=data_url("application/pdf", pdf(pages)), name="spec.pdf")
+    assert file_tokens(part, provider="anthropic") == pages * 3_000  # the top of Anthropic's 1,500-3,000
+    assert file_tokens(part, provider="openai") == pages * 3_000
+    assert file_tokens(part, provider="gemini") == pages * 560
+
+
+def test_pages_are_found_in_compressed_object_streams_and_from_the_page_tree() -> None:
+    assert pdf_pages(pdf_with_object_streams(7)) == 7
+    # Neither page objects nor object streams: the page tree's count.
+    assert pdf_pages(b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj 2 0 obj << /Count 4 /Kids [] >>") == 4
+    # Unreadable: counted by its size, one page per 50 kB, so a large file is never a one-page file.
+    unreadable = b"%PDF-1.7\n" + bytes(range(256)) * 800  # 204,809 bytes
+    assert pdf_pages(unreadable) is None
+    assert file_tokens(FilePart(url=data_url("application/pdf", unreadable))) == 5 * 3_000
+
+
+def test_a_corrupt_object_stream_is_skipped_not_raised() -> None:
+    broken = b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode >>\nstream\nnot zlib at all\nendstream"
+    assert pdf_pages(broken) is None
+
+
+def test_audio_costs_its_length() -> None:
+    clip = FilePart(url=data_url("audio/wav", wav(6.0)))
+    assert file_tokens(clip, provider="openai") == 60  # 10 tokens a second
+    assert file_tokens(clip, provider="gemini") == 6 * 32
+    # An MP3 by its frames' bit rate: 128 kbit/s, 80,000 bytes of frames = 5 seconds.
+    frame_header = bytes([0xFF, 0xFB, 0x90, 0x64])
+    mp3 = FilePart(url=data_url("audio/mpeg", frame_header + b"\x00" * 79_996))
+    assert file_tokens(mp3, provider="openai") == 50
+    # Anything else at 32 kbit/s, which makes a typical recording longer than it is: 40,000 bytes = 10 s.
+    ogg = FilePart(url=data_url("audio/ogg", b"OggS" + b"\x00" * 39_996))
+    assert file_tokens(ogg, provider="openai") == 100
+
+
+def test_video_costs_its_length() -> None:
+    assert file_tokens(FilePart(url=data_url("video/mp4", mp4(20)))) == 20 * 300
+    unknown = FilePart(url=data_url("video/webm", b"\x1aE\xdf\xa3" + b"\x00" * 249_996))  # 250 kB at 1 Mbit/s
+    assert file_tokens(unknown) == 2 * 300
+
+
+def test_a_text_file_costs_its_text_by_the_counters_tokenizer() -> None:
+    text = "def parse(line):\n    return line.split(',')\n" * 40
+    part = FilePart(url=data_url("text/x-python", text.encode()), name="parse.py")
+    counter = ac.counter_for("gpt-4o")
+    assert file_tokens(part, count_text=counter.count_text) == counter.count_text(text)
+    # A plain (not base64) data URL, as Anthropic's text documents arrive.
+    plain = FilePart(url="data:text/plain,Step%203%20prints%20DONE.")
+    assert plain.data == b"Step 3 prints DONE."
+    assert file_tokens(plain, count_text=counter.count_text) == counter.count_text("Step 3 prints DONE.")
+
+
+def test_a_file_that_is_not_here_costs_one_page_and_nothing_is_downloaded() -> None:
+    for url in ("https://example.com/report.pdf", "openai-file-id:file-abc", "anthropic-file-id:file_01"):
+        assert FilePart(url=url).data is None
+        assert file_tokens(FilePart(url=url)) == UNKNOWN_FILE_TOKENS
+
+
+def test_the_counter_counts_files_in_messages_by_its_provider_rule() -> None:
+    doc = FilePart(url=data_url("application/pdf", pdf(2)), name="spec.pdf")
+    message = Message(role="user", content=(TextPart(text="Read this."), doc))
+    bare = Message(role="user", content=(TextPart(text="Read this."),))
+    for model, page in (("gpt-4o", 3_000), ("claude-sonnet-4-5", 3_000), ("gemini-2.5-pro", 560)):
+        counter = ac.counter_for(model)
+        assert counter.count_message(message) - counter.count_message(bare) == 2 * page, model
+
+
+def test_a_file_part_checks_its_fields_and_reads_its_type() -> None:
+    part = FilePart(url=data_url("application/pdf", b"%PDF"), name="a.pdf")
+    assert part.media_type == "application/pdf" and part.label == "a.pdf" and part.size == 4
+    assert FilePart(url="https://x.test/a.pdf").label == "https://x.test/a.pdf"
+    assert FilePart(url=data_url("audio/wav", b"RIFF")).label == "audio/wav"
+    with pytest.raises(InvalidMessageError, match="file url"):
+        FilePart(url=7)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError, match="file name"):
+        FilePart(url="https://x.test/a.pdf", name="bad \ud800")
+
+
+def test_a_message_with_a_file_round_trips_through_a_session_log(tmp_path: object) -> None:
+    doc = FilePart(url=data_url("application/pdf", pdf(1)), name="spec.pdf")
+    remote = FilePart(url="https://x.test/b.mp3", media_type="audio/mpeg")
+    message = Message(role="user", content=(TextPart(text="Compare."), doc, remote))
+    session = ac.Session.open(f"{tmp_path}/s.jsonl")
+    session.append(message)
+    session.close()
+    again = ac.Session.open(f"{tmp_path}/s.jsonl")
+    assert list(again.view) == [message]
+    again.close()
