@@ -10,6 +10,7 @@ tool calls. Nothing of LangChain is mocked.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import math
@@ -242,6 +243,33 @@ def test_runs_without_a_thread_id_at_once_are_sent_as_each_alone(how: str) -> No
     together, compacted_together = run(n)
     assert compacted >= n  # each conversation outgrew the window
     assert together == alone and compacted_together == compacted
+
+
+def test_a_pdf_the_user_attached_is_counted_by_its_pages_not_as_its_base64() -> None:
+    # A 3-page PDF with scanned images (600 kB): agentcontext counted the block's JSON, base64 included,
+    # as about 600k tokens, and refused the run with a ContextOverflowError for a request that fits.
+    pages = b"".join(b"%d 0 obj << /Type /Page >> endobj\n" % (i + 1) for i in range(3))
+    scan = bytes((i * 7919) % 251 for i in range(600_000))
+    data = base64.b64encode(b"%PDF-1.4\n" + pages + b"4 0 obj << /Length 600000 >>\nstream\n" + scan).decode()
+    question = "What does the report conclude?"
+    attached = [
+        {"type": "text", "text": question},
+        {
+            "type": "file",
+            "base64": data,
+            "mime_type": "application/pdf",
+            "extras": {"filename": "report.pdf"},
+        },
+    ]
+    engine = ac.ContextEngine(model="gpt-4o", window=WINDOW, reserve=1_000)
+    with ProviderServer(window=WINDOW, policy=tool_loop(steps=4)) as server:
+        agent = agent_for(server, [ContextMiddleware(engine)])
+        agent.invoke({"messages": [{"role": "user", "content": attached}]}, config(None, 4))
+    assert [r.error for r in server.rejected] == []
+    assert len(server.accepted) == 5
+    for r in server.accepted:  # the question and its file, every time, within the window by the server's bill
+        assert r.tokens <= WINDOW - 1_000 and data in json.dumps(r.body) and question in json.dumps(r.body)
+        assert 3 * 2_400 < r.tokens
 
 
 def test_a_system_prompt_that_changes_at_every_call_keeps_the_steps_incremental() -> None:

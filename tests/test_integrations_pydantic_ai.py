@@ -30,6 +30,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -368,6 +369,39 @@ def test_a_reasoning_models_thinking_sent_back_is_counted_so_every_request_fits(
     sent_back = [m for r in server.accepted for m in r.messages if m.get("reasoning_content")]
     assert sent_back, "Pydantic AI sends the reasoning back; the test must exercise it"
     assert max(r.tokens for r in server.accepted) <= window
+
+
+def pdf(pages: int, salt: int) -> bytes:
+    objects = b"".join(b"%d 0 obj << /Type /Page >> endobj\n" % (i + 1) for i in range(pages))
+    return b"%PDF-1.4\n%% page set " + str(salt).encode() + b"\n" + objects
+
+
+def test_pdf_pages_a_tool_returns_are_counted_so_every_request_fits() -> None:
+    # A tool that returns documents (a page viewer, a report fetcher): Pydantic AI sends them as files in
+    # a user message after the results. agentcontext did not count them, so the requests grew past the
+    # window and the provider refused the run's ninth (34k tokens in a 30k window).
+    window, steps = 30_000, 12
+    engine = ac.ContextEngine(model="gpt-4o", window=window, reserve=1_500)
+    with ProviderServer(window=window, policy=tool_loop(steps=steps, tool="fetch", final="Read.")) as server:
+        model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=server.openai_url, api_key="k"))
+        agent: Agent[None, str] = Agent(model, system_prompt=SYSTEM, capabilities=[ContextCapability(engine)])
+
+        @agent.tool_plain
+        def fetch(step: int) -> BinaryContent:
+            """Fetch the next two pages of the report."""
+            return BinaryContent(pdf(2, step), media_type="application/pdf")
+
+        result = run(agent, "Read the report, two pages at a time.")[0]
+    assert result.output == "Read."
+    assert server.rejected == []
+    assert len(server.accepted) == steps + 1
+    # Every request fits by the server's own bill (2,400 tokens a page, read from the file it received).
+    assert max(r.tokens for r in server.accepted) <= window - 1_500
+    sent_pdfs = [json.dumps(r.messages).count("application/pdf") for r in server.accepted]
+    assert sent_pdfs[steps // 2] >= 2 and max(sent_pdfs) < steps  # recent pages go out; old ones were masked
+    # Nothing is lost from the run's history: every page the tool returned is there.
+    returns = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert len(returns) == steps
 
 
 def test_a_history_that_cannot_be_converted_fails_the_run_clearly() -> None:
