@@ -133,7 +133,8 @@ class Request:
 
 
 KEEP_UNKNOWN_HELP = (
-    "carry content agentcontext does not model (Anthropic thinking and document blocks, other parts) "
+    "carry content agentcontext does not model (Anthropic thinking blocks, cache_control, a document's "
+    "citations, other parts) "
     "through unchanged instead of refusing it; thinking blocks are counted, the rest is not, and a note "
     "names each kind"
 )
