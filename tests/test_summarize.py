@@ -12,7 +12,7 @@ from typing import Literal
 import pytest
 
 from agentcontext import ContextEngine, Level, Thresholds
-from agentcontext.compaction import FallbackReason
+from agentcontext.compaction import FallbackReason, is_user_request
 from agentcontext.engine import Prepared, default_pipelines
 from agentcontext.exceptions import ConfigError, SummarizerError
 from agentcontext.invariants import check_messages
@@ -832,18 +832,24 @@ def test_a_span_too_large_for_one_summary_drops_its_oldest_part_and_says_so() ->
     summarized = [a for a in result.actions if a.kind == "summarized"]
     dropped = [a for a in result.actions if a.kind == "dropped"]
     assert len(summarized) == 1 and len(dropped) == 1
-    # Everything evicted is accounted for once; the dropped part is the oldest.
+    # Everything evicted is accounted for once; the dropped part is the oldest, but for the user's oldest
+    # requests there, which the summarizer still reads (cut to a preview), as many as an eighth of its
+    # bound holds: a history never compacted keeps what the user asked.
     gone = set(summarized[0].message_ids) | set(dropped[0].message_ids)
     assert not set(summarized[0].message_ids) & set(dropped[0].message_ids)
     index = {m.id: i for i, m in enumerate(msgs)}
-    assert max(index[i] for i in dropped[0].message_ids) < min(index[i] for i in summarized[0].message_ids)
+    asked = [m for m in msgs if is_user_request(m) and m.id in gone]
+    assert asked[0].id in summarized[0].message_ids
+    assert asked[0].text[:30] in requests[0].messages[0].text  # "Request 1: please fix module 1."
+    read = [i for i in summarized[0].message_ids if not is_user_request(msgs[index[i]])]
+    assert max(index[i] for i in dropped[0].message_ids) < min(index[i] for i in read)
     out_ids = {m.id for m in result.messages}
     assert all(m.id in gone or m.id in out_ids for m in msgs)
     # The summarizer read what it may: chunk requests of at most 256 tokens (plus the merge of their summaries).
-    read = sum(
+    tokens = sum(
         COUNTER.count_messages(r.messages) for r in requests if r.instructions and "part" in r.instructions
     )
-    assert read <= 2 * 256 + 256
+    assert tokens <= 2 * 256 + 256
     summary = next(m for m in result.messages if kind(m) == "summary")
     assert (
         f"The {len(dropped[0].message_ids)} messages before these were removed without a summary"
@@ -1063,3 +1069,21 @@ def test_a_summarizer_that_fails_is_reported_at_every_call_that_asked_it(fill: b
                 codes = [a.fallback for a in prepared.report.actions if a.kind == "fallback"]
                 assert FallbackReason.SUMMARIZER_ERROR in codes
     assert asked >= 10
+
+
+def test_a_history_never_compacted_keeps_the_users_goal_when_its_oldest_part_is_dropped() -> None:
+    # 600k tokens in a 60k window, the goal a long first message: the offline summary reads at most 250k
+    # tokens, and the oldest part (the goal with it) was removed without a word of it in the summary.
+    page = " ".join(f"word{i}" for i in range(5_000))
+    goal = "Implement the parser described above in src/parse.py; run tests/test_parse.py after each change."
+    msgs = [Message(role="system", content="Be careful."), Message(role="user", content=f"{page}\n{goal}")]
+    for i in range(30):
+        call = ToolCall(id=f"t{i}", name="read_page", arguments=json.dumps({"page": i}))
+        msgs += [
+            Message(role="assistant", tool_calls=(call,)),
+            Message(role="tool", tool_call_id=f"t{i}", content=f"page {i}\n{page}"),
+        ]
+    msgs.append(Message(role="user", content="Now say what you read."))
+    prepared = ContextEngine(model="gpt-4o", window=60_000, reserve=4_000).prepare(msgs)
+    assert any(a.kind == "dropped" for a in prepared.report.actions)  # the bound held
+    assert any(goal in m.text for m in prepared.messages)

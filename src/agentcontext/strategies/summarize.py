@@ -541,12 +541,24 @@ class Summarize:
         limit, span_limit, offline = self._input_limits(ctx.budget)
         if ctx.offline_summaries:  # no model to fit: one request reads it all, up to a bound on the cost
             limit = span_limit = offline
-        # What one summary may read is bounded: older messages beyond it are dropped, and reported.
+        # What one summary may read is bounded: older messages beyond it are dropped, and reported; the
+        # user's own requests there are read still, cut to a preview (the goal of a long history never
+        # compacted is its first message), as many as an eighth of the bound holds, oldest first.
+        cap = max(limit // 8, 64)  # what one of those requests, or a kept one shown beside, is cut to
         start = _span_start(msgs, counts, plan, span_limit, previous)
+        asks = _asks(msgs, counts, plan, start, previous, span_limit // 8, cap)
+        if asks:  # the span gives them their room, so what is read stays within the bound
+            room = sum(min(counts[i], cap) for i in asks)
+            start = _span_start(msgs, counts, plan, span_limit - room, previous)
+            asks = _asks(msgs, counts, plan, start, previous, room, cap)
+        read = set(asks)
         dropped = tuple(
             i
             for i in plan.evicted
-            if i < start and msgs[i] is not previous and kind_of(msgs[i]) is not MessageKind.SUMMARY_ACK
+            if i < start
+            and i not in read
+            and msgs[i] is not previous
+            and kind_of(msgs[i]) is not MessageKind.SUMMARY_ACK
         )
         gone = set(dropped)
         covered = tuple(i for i in plan.evicted if i not in gone)
@@ -556,8 +568,8 @@ class Summarize:
         # (it stays whole in the context), so that an agent's long task statement does not push
         # the span over the summarizer's input limit and into several chunked calls.
         # A tool output masked earlier in this call is shown whole: the summary is what keeps its errors.
-        items = [
-            _verbatim_view(m, ctx, max(limit // 8, 64)) if m.id in ledger_ids else ctx.original(m)
+        items = [_shrink(ctx.original(msgs[i]), cap, ctx) for i in asks] + [
+            _verbatim_view(m, ctx, cap) if m.id in ledger_ids else ctx.original(m)
             for m in msgs[max(start, len(plan.head)) : plan.start]
             if m is not previous and kind_of(m) is not MessageKind.SUMMARY_ACK
         ]
@@ -1114,6 +1126,27 @@ def _summary_like(text: str, tag: str) -> Message:
 def _language_sample(msgs: Sequence[Message]) -> Sequence[Message]:
     """The messages the conversation's language is judged from: its start and its newest part (bounded)."""
     return msgs if len(msgs) <= 600 else [*msgs[:100], *msgs[-500:]]
+
+
+def _asks(
+    msgs: Sequence[Message],
+    counts: Sequence[int],
+    plan: SummaryPlan,
+    start: int,
+    previous: Message | None,
+    room: int,
+    cap: int,
+) -> list[int]:
+    """The user's requests evicted before ``start``, oldest first, as many as ``room`` holds cut to ``cap`` each."""
+    asks: list[int] = []
+    for i in plan.evicted:
+        if i >= start or room <= 0:
+            break
+        cost = min(counts[i], cap)
+        if msgs[i] is not previous and is_user_request(msgs[i]) and cost <= room:
+            asks.append(i)
+            room -= cost
+    return asks
 
 
 def _span_start(
