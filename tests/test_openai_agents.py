@@ -249,6 +249,41 @@ def test_handoffs_and_a_structured_output_are_counted(api: str, server: Provider
     assert report is not None and report.tool_tokens > 10 * counter.count_text(about) + schema
 
 
+def test_mcp_tools_are_counted_so_every_call_fits(server: ProviderServer, api: str) -> None:
+    # An MCP server's tools go to the model beside the input at every turn; only the agent's own function
+    # tools were counted, so a run with sixteen MCP tools (3,200 tokens) went over the window.
+    from agents.mcp import MCPServerStdio
+
+    script = Path(__file__).parent / "fixtures" / "mcp_warehouse.py"
+    steps = 8
+
+    async def main() -> ac.Report | None:
+        session = AgentContextSession(ac.Session.from_store(MemoryStore(), engine=engine()))
+        params = {"command": sys.executable, "args": [str(script)]}
+        async with client_for(server) as client, MCPServerStdio(params, cache_tools_list=True) as warehouse:
+            a = agent(server, api, client)
+            a = a.clone(mcp_servers=[warehouse])
+            server.policy = tool_loop(steps=steps)
+            await Runner.run(
+                a,
+                "Fix the failing test.",
+                session=session,
+                run_config=session.run_config(),
+                max_turns=steps + 5,
+            )
+        return session.call_model_input_filter.last
+
+    report = asyncio.run(main())
+    sent = server.requests[-1].body["tools"]
+    assert sum("inventory_" in json.dumps(t) for t in sent) == 16  # the SDK sent the MCP tools
+    assert [r.error for r in server.requests if r.error] == []
+    assert all(r.tokens <= WINDOW for r in server.requests)
+    counter = ac.counter_for("gpt-4o")
+    assert report is not None and report.tool_tokens > 16 * counter.count_text(
+        "Query the warehouse inventory by SKU, location, lot and expiry date; returns the stock levels. " * 10
+    )
+
+
 def test_two_runs_at_once_on_one_session_each_keep_their_own_state() -> None:
     # The session's filter had one slot: each call of one run reset the other's state (a full pass), and
     # emergency compactions went from 1 to 6.

@@ -213,7 +213,7 @@ class ModelInputFilter:
         key, conversation = self._conversation(data, items)
         messages = self._convert(conversation, items)
         self._conversations.weigh(key, conversation.weight.of(messages))
-        tools = self._tool_definitions(data)
+        tools = await self._tool_definitions(data)
         prepared = await self.engine.aprepare(
             messages,
             tools=tools,
@@ -263,21 +263,31 @@ class ModelInputFilter:
         conversation.seen = list(items)
         return conversation.converter.messages()
 
-    def _tool_definitions(self, data: CallModelData[Any]) -> list[dict[str, JSONValue]]:
-        """What the SDK sends beside the input, as the engine counts it: the agent's function tools, its
-        handoffs (each a ``transfer_to_...`` tool) and its structured output's schema (the same dicts while
-        they are the same objects). A run with ten handoffs went over the window: they were not counted."""
+    async def _tool_definitions(self, data: CallModelData[Any]) -> list[dict[str, JSONValue]]:
+        """What the SDK sends beside the input, as the engine counts it: the agent's function tools and its
+        MCP servers' tools (as the SDK lists them for the call: ``is_enabled`` applied), its handoffs (each a
+        ``transfer_to_...`` tool) and its structured output's schema; the same dicts while they say the
+        same. A run with ten handoffs went over the window: they were not counted; so were MCP tools."""
         agent = data.agent
-        tools = tuple(
-            t
-            for t in getattr(agent, "tools", ())
-            if isinstance(t, FunctionTool) and t.is_enabled is not False
-        )
+        try:
+            # The filter is given the run's context, not its wrapper: a wrapper of it is what the SDK's
+            # tool filters and is_enabled callables read.
+            listed = await agent.get_all_tools(RunContextWrapper(context=data.context))
+        except Exception as exc:  # the SDK listed them a moment ago for this call; count what is known
+            _log.warning(
+                "agentcontext: could not list the agent's tools (%s); counting its function tools", exc
+            )
+            listed = [t for t in getattr(agent, "tools", ()) if getattr(t, "is_enabled", True) is not False]
+        tools = tuple(t for t in listed if isinstance(t, FunctionTool))
         handoffs = tuple(getattr(agent, "handoffs", ()))
         output = getattr(agent, "output_type", None)
-        sources = (*tools, *handoffs, output)
+        # MCP tools are new objects at every listing: they are compared by what they say.
+        sources = (*((t.name, t.description, t.params_json_schema) for t in tools), *handoffs, output)
         cached, definitions = self._tools
-        if len(cached) != len(sources) or any(a is not b for a, b in zip(cached, sources, strict=True)):
+        same = len(cached) == len(sources) and all(
+            a is b or (isinstance(a, tuple) and a == b) for a, b in zip(cached, sources, strict=True)
+        )  # agents by identity: their equality walks their handoffs, which may lead back to them
+        if not same:
             definitions = [_function(t.name, t.description, t.params_json_schema) for t in tools]
             for item in handoffs:
                 h = item if isinstance(item, Handoff) else handoff(item) if isinstance(item, Agent) else None
