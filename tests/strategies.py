@@ -259,7 +259,7 @@ def canonical_conversations(
 
     By default everything OpenAI's format carries (names, ``extra``, image
     ``detail``, metadata the formats ignore or map), and nothing it cannot
-    (images only in user messages). In Anthropic mode: images in tool results too, at most one leading system message, no names or extra,
+    (images and files in user messages and tool results). In Anthropic mode: at most one leading system message, no names or extra,
     images without ``detail``, arguments as ``json.dumps(obj, ensure_ascii=False)``,
     no blank text parts, an assistant with tool calls has no text, non-blank
     text or several text parts, and a user message never directly follows tool
@@ -311,8 +311,8 @@ def canonical_conversations(
                 if draw(st.integers(0, 3)):
                     result: Any = draw(texts)
                 else:
-                    # OpenAI takes text parts only in tool results; Anthropic takes images too.
-                    result = _parts(draw, images=anth, anthropic=anth)
+                    # Tool results hold images and files too (Anthropic's own API; OpenAI-compatible gateways).
+                    result = _parts(draw, images=True, anthropic=anth)
                 metadata = {"is_error": draw(st.booleans())} if draw(st.integers(0, 3)) == 0 else {}
                 results.append(
                     Message(role="tool", tool_call_id=call.id, content=result, name=name(), metadata=metadata)

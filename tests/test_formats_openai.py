@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import agentcontext as ac
 from _sizes import examples
 from agentcontext.exceptions import InvalidConversationError, InvalidMessageError
 from agentcontext.formats import openai as oai
@@ -196,10 +197,10 @@ BAD: list[tuple[object, int | None, str | None, str]] = [
         "exactly one of 'file_data'",
     ),
     (
-        {"role": "tool", "tool_call_id": "c", "content": [{"type": "file", "file": {"file_id": "f"}}]},
+        {"role": "system", "content": [{"type": "file", "file": {"file_id": "f"}}]},
         0,
         "content[0].type",
-        "only in user messages",
+        "in user messages and tool results",
     ),
     (
         {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "https://x.test/a.mp4"}}]},
@@ -217,7 +218,7 @@ BAD: list[tuple[object, int | None, str | None, str]] = [
         {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]},
         0,
         "content[0].type",
-        "only in user",
+        "in user messages and tool results",
     ),
     (
         {"role": "user", "content": [{"type": "image_url", "image_url": "https://x"}]},
@@ -345,14 +346,14 @@ def test_from_messages_validates_the_conversation() -> None:
     ("message", "field", "words"),
     [
         (
-            Message(role="tool", tool_call_id="c", content=(ImagePart(url="https://x/y.png"),)),
+            Message(role="system", content=(FilePart(url="https://x/y.pdf"),)),
             "content[0]",
-            "only in user",
+            "in user messages and tool results",
         ),
         (
             Message(role="assistant", content=(ImagePart(url="https://x/y.png"),)),
             "content[0]",
-            "only in user",
+            "in user messages and tool results",
         ),
         (Message(role="user", content=None), "content", "requires content"),
         (Message(role="tool", tool_call_id="c", content=None), "content", "use ''"),
@@ -398,6 +399,26 @@ def test_docstring_examples_run() -> None:
     import doctest
 
     assert doctest.testmod(oai).failed == 0
+
+
+def test_a_tool_results_screenshot_or_document_is_read_counted_and_written_back() -> None:
+    # A browser or computer-use agent behind an OpenAI-compatible gateway (LiteLLM forwards these to
+    # Claude and Gemini) sends the tool's screenshot or PDF in the tool message: it was refused.
+    shot = {"type": "image_url", "image_url": {"url": "https://x.test/shot.png", "detail": "low"}}
+    doc = {
+        "type": "file",
+        "file": {"file_data": "data:application/pdf;base64,JVBERi0xLjQK", "filename": "a.pdf"},
+    }
+    dicts = [
+        {"role": "user", "content": "Open the page."},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "opened"}, shot, doc]},
+    ]
+    msgs = oai.to_messages(dicts)
+    assert [type(p) for p in msgs[2].content] == [TextPart, ImagePart, FilePart]
+    assert oai.from_messages(msgs) == dicts
+    counter = ac.counter_for("gpt-4o")
+    assert counter.count_message(msgs[2]) > 85 + 3_000  # a low-detail image and a one-page PDF
 
 
 # ----------------------------------------------------------------------------- unknown="keep"

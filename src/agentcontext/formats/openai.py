@@ -89,13 +89,16 @@ KEY = "openai"
 Unknown: TypeAlias = Literal["raise", "keep"]
 
 _MODELLED = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
-# Which content part types OpenAI accepts in which role (the SDK's *MessageParam
-# types): images, files and audio only from the user; system, assistant and tool messages take text.
+# Which content part types each role takes (the SDK's *MessageParam types): images, files and audio
+# from the user; system and assistant messages take text. Tool results too, in OpenAI's own API; but
+# OpenAI-compatible gateways (LiteLLM) forward a tool's screenshot or document to the providers that
+# take them (Claude, Gemini), and agents send them: they are read and written back, and counted.
+_ATTACHMENTS = frozenset({"text", "image_url", "file", "input_audio"})
 _PART_TYPES: Mapping[str, frozenset[str]] = {
     "system": frozenset({"text"}),
-    "user": frozenset({"text", "image_url", "file", "input_audio"}),
+    "user": _ATTACHMENTS,
     "assistant": frozenset({"text"}),
-    "tool": frozenset({"text"}),
+    "tool": _ATTACHMENTS,
 }
 _Detail: TypeAlias = Literal["auto", "low", "high"]
 _DETAILS = ("auto", "low", "high")
@@ -337,8 +340,8 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
         )
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in allowed:
-        if kind in _PART_TYPES["user"]:
-            why = f"OpenAI accepts {kind!r} parts only in user messages, not in {role} ones"
+        if kind in _ATTACHMENTS:
+            why = f"{kind!r} parts go in user messages and tool results, not in {role} ones"
         else:
             why = f"unsupported content part type {kind!r}; agentcontext models 'text' parts" + (
                 ", 'image_url', 'file' and 'input_audio' parts" if role == "user" else f" in {role} messages"
@@ -614,10 +617,10 @@ def _content_out(m: Message, index: int | None) -> JSONValue:
         if isinstance(part, TextPart):
             parts.append({"type": "text", "text": part.text})
             continue
-        if m.role != "user":
+        if m.role not in ("user", "tool"):
             what = "images" if isinstance(part, ImagePart) else "files"
             fail(
-                f"OpenAI accepts {what} only in user messages, not in {m.role} ones; "
+                f"{what.capitalize()} go in user messages and tool results, not in {m.role} ones; "
                 f"describe the {what[:-1]} in text, or move it to a user message",
                 index=index,
                 field=f"content[{j}]",
