@@ -144,3 +144,17 @@ def test_a_message_with_a_file_round_trips_through_a_session_log(tmp_path: objec
     again = ac.Session.open(f"{tmp_path}/s.jsonl")
     assert list(again.view) == [message]
     again.close()
+
+
+def test_what_compressed_streams_may_inflate_to_is_bounded() -> None:
+    # A crafted PDF: twenty object streams, each inflating to 32 MB of page objects. Read whole, that is
+    # 640 MB of memory and work for one count; at most 16 MB a stream and 64 MB in all are read.
+    page = b"<< /Type /Page >>"
+    bomb = zlib.compress(page * (32 * 1024 * 1024 // len(page)), 9)
+    streams = b"".join(
+        b"1 0 obj << /Type /ObjStm /Filter /FlateDecode >>\nstream\n" + bomb + b"\nendstream\n"
+        for _ in range(20)
+    )
+    pages = pdf_pages(b"%PDF-1.5\n" + streams)
+    assert pages is not None and pages <= 64 * 1024 * 1024 // len(page) + 1
+    assert pages >= 3 * (16 * 1024 * 1024 // len(page))  # the first streams were read, each up to its cap

@@ -56,6 +56,8 @@ _AUDIO_BYTES_PER_SECOND = 4_000  # 32 kbit/s: low for speech codecs, so lengths 
 _VIDEO_BYTES_PER_SECOND = 125_000  # 1 Mbit/s
 _INFLATE_LIMIT = 16 * 1024 * 1024
 """Most bytes one compressed PDF object stream may inflate to while pages are counted."""
+_INFLATE_TOTAL = 64 * 1024 * 1024
+"""Most bytes all of a PDF's object streams may inflate to (a crafted file holds thousands)."""
 
 _TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/x-yaml")
 _PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
@@ -122,16 +124,23 @@ def pdf_pages(data: bytes) -> int | None:
     pages = len(_PAGE.findall(data))
     if pages:
         return pages
+    budget, view = (
+        _INFLATE_TOTAL,
+        memoryview(data),
+    )  # a view: slicing the rest of the file copied it per stream
     for header in _OBJECT_STREAM.finditer(data):
         start = _STREAM.search(data, header.end())
         if start is None:
             continue
         inflater = zlib.decompressobj()
         try:
-            body = inflater.decompress(data[start.end() :], _INFLATE_LIMIT)
+            body = inflater.decompress(view[start.end() :], min(_INFLATE_LIMIT, budget))
         except zlib.error:
             continue
         pages += len(_PAGE.findall(body))
+        budget -= len(body)
+        if budget <= 0:
+            break
     if pages:
         return pages
     counts = [int(m.group(1)) for m in _COUNT.finditer(data)]
