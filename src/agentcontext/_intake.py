@@ -20,7 +20,7 @@ from .messages import JSONValue, Message, MessageView, derive_id
 from .repair import RepairState, repair_messages
 from .tokens._base import BaseTokenCounter, TokenCounter, count_all
 from .tokens._tools import render_tools
-from .truncation import truncate_message
+from .truncation import output_text, truncate_message
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactStore
@@ -314,7 +314,7 @@ def truncate_new(
         if (
             (m.role != "tool" and not is_observation(m))
             or "agentcontext" in m.metadata
-            or truncator.surely_fits(m.text)
+            or truncator.surely_fits(output_text(m))
         ):
             out.append(m)
             continue

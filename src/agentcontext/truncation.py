@@ -54,7 +54,7 @@ from typing import Literal, TypeAlias, get_args
 from .artifacts import ArtifactRef, ArtifactStore, may_evict
 from .compaction import is_observation
 from .exceptions import ConfigError, InvalidMessageError
-from .messages import ContentPart, JSONValue, Message, TextPart
+from .messages import ContentPart, FilePart, JSONValue, Message, TextPart
 from .tokens._base import TokenCounter
 from .tokens._calibrate import CalibratedCounter
 from .tokens._tiktoken import TiktokenCounter
@@ -63,6 +63,7 @@ __all__ = [
     "Direction",
     "ObservationTruncator",
     "TruncationResult",
+    "output_text",
     "truncate_message",
     "where_full_output",
 ]
@@ -336,15 +337,22 @@ def where_full_output(ref: ArtifactRef | str | None, *, recallable: bool, evicta
     return f"full output kept outside the conversation under {ref}{until}"
 
 
+def output_text(message: Message) -> str:
+    """The text a tool result holds: its text, and the text of the text files it carries (a log returned as
+    a document), each on lines of its own; what the ingest truncator reads and cuts."""
+    texts = [p.text for p in message.files if p.text is not None]
+    return "\n".join([message.text, *texts]) if texts else message.text
+
+
 def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple[Message, TruncationResult]:
     """Apply ``truncator`` to a tool message's text (or an observation's: `is_observation`); for the engine's append path.
 
     String content is replaced by the preview. Part content has its text parts
-    (joined by newlines, as `Message.text` does) replaced by one text part
-    holding the preview, followed by the message's images, unchanged and in
-    their order: images are not text to cut, and dropping them would lose data
-    the store cannot hold. A message whose text fits comes back as the very same
-    object.
+    and its text files (`output_text`: a log a tool returned as a document is
+    text to cut like any other) replaced by one text part holding the preview,
+    followed by the message's images and other files, unchanged and in their
+    order: they are not text to cut, and dropping them would lose data the store
+    cannot hold. A message whose text fits comes back as the very same object.
 
     The new message (new id, via `Message.evolve`) records what happened in
     ``metadata["truncated"]``: ``ref`` (the string form, or None), ``direction``,
@@ -370,12 +378,13 @@ def truncate_message(message: Message, truncator: ObservationTruncator) -> tuple
             "a command's output; filter with `message.role == 'tool'` first",
             field="role",
         )
-    result = truncator.truncate(message.text, tool_name=message.name)
+    result = truncator.truncate(output_text(message), tool_name=message.name)
     if not result.truncated:
         return message, result
     content: str | tuple[ContentPart, ...]
     if isinstance(message.content, tuple):
-        content = (TextPart(text=result.preview), *message.attachments)
+        kept = (p for p in message.attachments if not (isinstance(p, FilePart) and p.text is not None))
+        content = (TextPart(text=result.preview), *kept)
     else:
         content = result.preview
     record: dict[str, JSONValue] = {

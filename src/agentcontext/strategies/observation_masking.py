@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..compaction import Action, ActionKind, MessageKind, is_observation, marker
 from ..exceptions import ConfigError
-from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for
+from ..messages import JSONValue, Message, ToolCall, attachment_note, tool_call_index, tool_name_for
 from ..summarizers._commands import cut, failed, outcome, test_summary
 from ._base import CompactionContext, CompactionResult, PureStrategy, newest_call
 
@@ -27,12 +27,19 @@ def _recall_ref(message: Message) -> str:
 
 
 def masked_placeholder(
-    *, tool: str, tokens: int, lines: int, ref: str | None, ended: str | None = None
+    *,
+    tool: str,
+    tokens: int,
+    lines: int,
+    ref: str | None,
+    ended: str | None = None,
+    attached: Sequence[str] = (),
 ) -> str:
     """The text that replaces a masked tool result.
 
     It names the tool, the original size, how a failed command or a test run ended
-    (``ended``: its exit code, test counts and last error line) and the recall
+    (``ended``: its exit code, test counts and last error line), the images and
+    files it held (``attached``: their `attachment_note` s) and the recall
     reference, so the model knows something was there, what went wrong without
     recalling it, and how to get it back (a bare "content compressed" placeholder
     says none of this; Claude Code's microcompact says nothing, and neither keeps
@@ -40,7 +47,11 @@ def masked_placeholder(
     """
     recall = f" Recall the full output with ref {ref}." if ref else ""
     how = f" It ended: {ended}." if ended else ""
-    return f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines).{how}{recall}]"
+    held = f" It held {', '.join(attached)}." if attached else ""
+    return (
+        f"[tool result cleared to save context: {tool} returned {tokens:,} tokens ({lines:,} lines)."
+        f"{how}{held}{recall}]"
+    )
 
 
 def _ended(text: str, command: str) -> str | None:
@@ -174,6 +185,7 @@ class MaskObservations(PureStrategy):
                 lines=text.count("\n") + 1,
                 ref=ref if ctx.recallable else None,
                 ended=_ended(text, f"{call.name} {call.arguments}" if call is not None else ""),
+                attached=[attachment_note(p) for p in m.attachments],
             )
             new = m.evolve(
                 content=placeholder,

@@ -54,7 +54,14 @@ from ..exceptions import (
     SummarizerTimeout,
     UnusableSummaryError,
 )
-from ..messages import Message, ToolCall, derive_id, safe_split_points, without_surrogates
+from ..messages import (
+    Message,
+    ToolCall,
+    derive_id,
+    safe_split_points,
+    with_attachments_noted,
+    without_surrogates,
+)
 from ..summarizers._commands import error_lines, test_summary
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
@@ -545,12 +552,17 @@ class Summarize:
         # user's own requests there are read still, cut to a preview (the goal of a long history never
         # compacted is its first message), as many as an eighth of the bound holds, oldest first.
         cap = max(limit // 8, 64)  # what one of those requests, or a kept one shown beside, is cut to
-        start = _span_start(msgs, counts, plan, span_limit, previous)
-        asks = _asks(msgs, counts, plan, start, previous, span_limit // 8, cap)
+        # Bounded by what the summarizer reads: a file is a label to it, not the pages the provider bills.
+        reads = [
+            ctx.count(with_attachments_noted(ctx.original(m))) if ctx.original(m).attachments else counts[i]
+            for i, m in enumerate(msgs)
+        ]
+        start = _span_start(msgs, reads, plan, span_limit, previous)
+        asks = _asks(msgs, reads, plan, start, previous, span_limit // 8, cap)
         if asks:  # the span gives them their room, so what is read stays within the bound
-            room = sum(min(counts[i], cap) for i in asks)
-            start = _span_start(msgs, counts, plan, span_limit - room, previous)
-            asks = _asks(msgs, counts, plan, start, previous, room, cap)
+            room = sum(min(reads[i], cap) for i in asks)
+            start = _span_start(msgs, reads, plan, span_limit - room, previous)
+            asks = _asks(msgs, reads, plan, start, previous, room, cap)
         read = set(asks)
         dropped = tuple(
             i
@@ -568,10 +580,19 @@ class Summarize:
         # (it stays whole in the context), so that an agent's long task statement does not push
         # the span over the summarizer's input limit and into several chunked calls.
         # A tool output masked earlier in this call is shown whole: the summary is what keeps its errors.
-        items = [_shrink(ctx.original(msgs[i]), cap, ctx) for i in asks] + [
-            _verbatim_view(m, ctx, cap) if m.id in ledger_ids else ctx.original(m)
-            for m in msgs[max(start, len(plan.head)) : plan.start]
-            if m is not previous and kind_of(m) is not MessageKind.SUMMARY_ACK
+        # The user's first request, kept word for word before the span, is shown too (marked so): else the
+        # first request the summarizer reads would pass for the goal.
+        first = len(plan.head)
+        goal = next((i for i in plan.ledger if i < max(start, first) and is_user_request(msgs[i])), None)
+        noted = with_attachments_noted  # what a summarizer reads of an image or a file: a note naming it
+        items = [
+            *([_verbatim_view(msgs[goal], ctx, cap)] if goal is not None else []),
+            *(_shrink(noted(ctx.original(msgs[i])), cap, ctx) for i in asks),
+            *(
+                _verbatim_view(m, ctx, cap) if m.id in ledger_ids else noted(ctx.original(m))
+                for m in msgs[max(start, first) : plan.start]
+                if m is not previous and kind_of(m) is not MessageKind.SUMMARY_ACK
+            ),
         ]
         _, latest_user = essential_indices(msgs)
         current = msgs[latest_user].text[:4000] if latest_user is not None else None
@@ -1107,11 +1128,12 @@ def _verbatim_view(m: Message, ctx: CompactionContext, cap: int) -> Message:
     """A copy of a ledger message marked ``verbatim`` (it stays in the context word for word),
     cut to about ``cap`` tokens for the summarizer's eyes."""
     meta = {**m.metadata, "agentcontext": marker(MessageKind.VERBATIM, original_id=m.id)}
-    text = m.text
-    if text and ctx.count(m) > cap:
+    seen = with_attachments_noted(m)
+    text = seen.text
+    if text and ctx.count(seen) > cap:
         short = shorten_text(text, counter=ctx.counter, max_tokens=cap, ref=f"message:{m.id}")
-        return m.evolve(content=short, metadata=meta)
-    return m.evolve(metadata=meta)
+        return seen.evolve(content=short, metadata=meta)
+    return seen.evolve(metadata=meta)
 
 
 def _summary_like(text: str, tag: str) -> Message:
@@ -1171,7 +1193,12 @@ def _span_start(
     if boundary == h:
         return h
     points = safe_split_points(msgs)
-    return next((p for p in points if p >= boundary), plan.start)
+    after = next((p for p in points if p >= boundary), plan.start)
+    if after < plan.start:
+        return after
+    # The newest evicted step alone is over the bound (a tool's large result with its call): it is read
+    # whole and cut for the summarizer, rather than dropped with nothing summarized.
+    return max((p for p in points if h <= p < plan.start), default=h)
 
 
 def _chunks(

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..compaction import SummaryRequest, answers_text_action, is_observation, kind_of
-from ..messages import FilePart, JSONValue, Message, ToolCall, tool_call_index, tool_name_for
+from ..messages import JSONValue, Message, ToolCall, tool_call_index, tool_name_for, with_attachments_noted
 from ._commands import (
     brief_arguments,
     edited_file,
@@ -87,7 +87,8 @@ def collect(request: SummaryRequest, lang: Language) -> State:
     state = State()
     if request.previous_summary:
         _merge_summary(state, request.previous_summary, when=0)
-    messages = request.messages
+    # Images and files are named where they stood (a tool that returned only a PDF did not return nothing).
+    messages = tuple(with_attachments_noted(m) for m in request.messages)
     calls = tool_call_index(messages)
     results: dict[str, Message] = {}
     for m in messages:
@@ -184,13 +185,6 @@ def _add_message(
             state.goal = LABELS[lang]["goal_kept"]
         return
     if m.role in ("user", "system"):
-        # What the user attached is part of the request: the summary says so, and recall brings it back.
-        attached = [
-            f"[attached file: {p.label}]" if isinstance(p, FilePart) else "[attached image]"
-            for p in m.attachments
-        ]
-        if attached:
-            text = "\n".join([text, *attached]) if text else "\n".join(attached)
         if m.role == "user" and state.goal is None:
             state.goal = text
         else:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from ..compaction import is_observation, kind_of
-from ..messages import ImagePart, Message, tool_call_index, tool_name_for
+from ..messages import Message, tool_call_index, tool_name_for, with_attachments_noted
 
 __all__ = ["Language", "detect_language", "render_transcript", "terminal_text"]
 
@@ -133,7 +133,7 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
     """
     calls = tool_call_index(messages)
     lines: list[str] = ["<transcript>"]
-    for i, m in enumerate(messages):
+    for i, m in enumerate(with_attachments_noted(m) for m in messages):  # images and files named in the text
         kind = kind_of(m)
         attrs = f'index="{i}" role="{m.role}"'
         if m.role == "tool":
@@ -150,8 +150,6 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
         if max_chars_per_message is not None and len(body) > max_chars_per_message:
             half = max_chars_per_message // 2
             body = body[:half] + f"\n[... {len(body) - 2 * half:,} characters omitted ...]\n" + body[-half:]
-        for part in m.attachments:
-            body += "\n[image]" if isinstance(part, ImagePart) else f"\n[file {_defuse(part.label)}]"
         lines.append(f"<message {attrs}>")
         if body:
             lines.append(body)
