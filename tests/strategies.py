@@ -99,12 +99,18 @@ file_parts = st.builds(
     ),
     _file_names,
 )
-"""Canonical files both the OpenAI and the Anthropic formats carry exactly."""
-anthropic_file_parts = st.one_of(
-    file_parts.filter(lambda f: not f.url.startswith("openai-file-id:")),
-    st.builds(lambda n: FilePart(url="https://example.com/spec.pdf", name=n), _file_names),
-    st.builds(lambda n: FilePart(url="anthropic-file-id:file_01", name=n), _file_names),
-    st.builds(lambda n: FilePart(url="data:text/plain,Step%203%20prints%20DONE.", name=n), _file_names),
+"""Canonical files the OpenAI format carries exactly."""
+anthropic_file_parts = st.builds(
+    lambda url, name: FilePart(url=url, name=name),
+    st.sampled_from(
+        [
+            f"data:application/pdf;base64,{_PDF}",
+            "https://example.com/spec.pdf",
+            "anthropic-file-id:file_01",
+            "data:text/plain,Step%203%20prints%20DONE.",
+        ]
+    ),
+    _file_names,
 )
 """Canonical files the Anthropic format carries exactly (documents: in user messages and tool results)."""
 

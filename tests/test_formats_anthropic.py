@@ -359,6 +359,19 @@ BAD: list[tuple[object, str | None, str]] = [
         "content[0].content[0].type",
         "'search_result'",
     ),
+    (
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "x \ud800"},
+                }
+            ],
+        },
+        "content[0].source.data",
+        "surrogate",
+    ),
 ]
 
 
@@ -513,3 +526,57 @@ def test_thinking_carried_by_keep_is_counted_while_it_is_sent(block: dict[str, s
     assert counter.count_message(changed) == counter.count_message(
         plain[1].evolve(content="Let me look again.")
     )
+
+
+def test_documents_round_trip_and_what_is_not_modelled_travels_whole_in_keep_mode() -> None:
+    import warnings
+
+    from agentcontext import FilePart
+
+    pdf = "JVBERi0xLjQKMSAwIG9iaiA8PCAvVHlwZSAvUGFnZSA+PiBlbmRvYmoK"
+    blocks = [
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+            "title": "a",
+        },
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "100% ünïcode, ok"},
+        },
+        {"type": "document", "source": {"type": "url", "url": "https://x.test/b.pdf"}},
+        {"type": "document", "source": {"type": "file", "file_id": "file_01"}},
+        {"type": "text", "text": "Compare them."},
+    ]
+    msgs = anthropic.to_messages([{"role": "user", "content": blocks}])
+    assert [type(p) for p in msgs[0].content] == [FilePart] * 4 + [TextPart]
+    assert anthropic.from_messages(msgs)[1] == [{"role": "user", "content": blocks}]
+    # A custom-content source is not modelled: refused by default, carried whole with unknown="keep" (a
+    # proxy in front of Claude forwarded nothing for such a request when it was refused there too).
+    custom = {
+        "type": "document",
+        "source": {"type": "content", "content": [{"type": "text", "text": "Sky."}]},
+    }
+    body = [{"role": "user", "content": [{"type": "text", "text": "Cite it."}, custom]}]
+    with pytest.raises(InvalidMessageError, match="'content'"):
+        anthropic.to_messages(body)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kept = anthropic.to_messages(body, unknown="keep")
+    assert anthropic.from_messages(kept)[1] == body
+
+
+def test_files_anthropic_cannot_read_are_refused_by_name_and_text_goes_as_text() -> None:
+    from agentcontext import FilePart
+
+    notes = Message(role="user", content=(FilePart(url="data:text/plain;base64,aGVsbG8=", name="notes.txt"),))
+    assert anthropic.from_messages([notes])[1][0]["content"][0] == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "hello"},
+        "title": "notes.txt",
+    }
+    audio = Message(role="user", content=(FilePart(url="data:audio/wav;base64,UklGRg=="),))
+    with pytest.raises(
+        InvalidMessageError, match="message 0, field 'content\\[0\\]'.*PDF or plain text, not audio/wav"
+    ):
+        anthropic.from_messages([audio])

@@ -18,6 +18,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+import agentcontext as ac
 from _sizes import examples
 from agentcontext import ContextEngine, InvalidConversationError, InvalidMessageError, Message, ToolCall
 from agentcontext.compaction import MessageKind, kind_of, marker
@@ -341,3 +342,73 @@ def test_engine_output_survives_the_graph_state() -> None:
     again = engine.prepare(lc.to_messages(state), state=first.state)
     assert [m.id for m in again.messages] == [m.id for m in first.messages]
     assert not again.report.compacted and again.report.incremental
+
+
+def test_a_message_with_a_file_the_engine_cut_comes_back_with_its_id_and_record() -> None:
+    # File blocks were never exact parts: a cut tool result holding a PDF came back from a fresh
+    # conversion with a new id and no metadata (images did not), and the engine took it for a new message.
+    import base64
+
+    from agentcontext.truncation import ObservationTruncator, truncate_message
+
+    pdf = base64.b64encode(b"%PDF-1.4 1 0 obj << /Type /Page >> endobj").decode()
+    history = [
+        HumanMessage("read it", id="h1"),
+        AIMessage("", tool_calls=[{"name": "fetch", "args": {}, "id": "c1"}], id="a1"),
+        ToolMessage(
+            [
+                {"type": "text", "text": "\n".join(f"line {i}" for i in range(5000))},
+                {
+                    "type": "file",
+                    "base64": pdf,
+                    "mime_type": "application/pdf",
+                    "extras": {"filename": "r.pdf"},
+                },
+            ],
+            tool_call_id="c1",
+            id="t1",
+        ),
+    ]
+    msgs = lc.to_messages(history)
+    assert lc.from_messages(msgs) == history
+    cut, _ = truncate_message(msgs[2], ObservationTruncator(max_bytes=2_000))
+    again = lc.to_message(lc.from_message(cut, mark=True), index=2, previous_id=msgs[1].id)
+    assert again.id == cut.id and again.metadata == cut.metadata and again.files == msgs[2].files
+
+
+def test_files_in_every_shape_langchain_forwards_are_counted_as_their_own_format_counts_them() -> None:
+    import base64
+
+    from langchain_core.messages import content as blocks
+
+    from agentcontext.formats import anthropic, responses
+
+    counter = ac.counter_for("gpt-4o")
+
+    def count(block: dict[str, Any]) -> int:
+        return counter.count_message(lc.to_messages([HumanMessage([block], id="h")])[0])
+
+    text = "The quarterly report shows revenue growth across all regions. " * 400
+    b64 = base64.b64encode(text.encode()).decode()
+    # LangChain's text-plain block with base64 is its text, not its base64.
+    assert count(blocks.create_plaintext_block(base64=b64, mime_type="text/plain")) == count(
+        blocks.create_file_block(base64=b64, mime_type="text/plain")
+    )
+    document = {"type": "document", "source": {"type": "file", "file_id": "file_011"}}
+    assert count(document) == counter.count_message(
+        anthropic.to_messages([{"role": "user", "content": [document]}])[0]
+    )
+    pdf = b"%PDF-1.4\n" + b"".join(b"%d 0 obj << /Type /Page >> endobj\n" % i for i in range(30))
+    item = {"type": "input_file", "filename": "r.pdf", "file_data": base64.b64encode(pdf).decode()}
+    assert count(item) == counter.count_message(
+        responses.to_messages([{"role": "user", "content": [item]}])[0]
+    )
+    # A text file the engine wrote goes out as base64, which LangChain's OpenAI converter takes (not a data: URL).
+    from langchain_openai.chat_models.base import _convert_message_to_dict
+
+    from agentcontext import FilePart
+
+    written = lc.from_message(
+        Message(role="user", content=(FilePart(url="data:text/plain,hi%20there", name="n.txt"),))
+    )
+    assert _convert_message_to_dict(written)["content"][0]["type"] == "file"

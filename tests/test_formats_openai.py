@@ -197,6 +197,12 @@ BAD: list[tuple[object, int | None, str | None, str]] = [
         "exactly one of 'file_data'",
     ),
     (
+        {"role": "user", "content": [{"type": ["text"], "text": "x"}]},  # a type that is not a string
+        0,
+        "content[0].type",
+        "unsupported content part type",
+    ),
+    (
         {"role": "system", "content": [{"type": "file", "file": {"file_id": "f"}}]},
         0,
         "content[0].type",
@@ -304,6 +310,7 @@ def test_malformed_messages_raise_with_index_and_field(
     assert info.value.field == field
     assert words in str(info.value)
     assert str(info.value).startswith(f"message {index + 1}")
+    assert str(info.value).count(f"message {index + 1}") == 1  # the location is said once
 
 
 @pytest.mark.parametrize("bad", ["a string", {"role": "user", "content": "x"}, 3, None])
@@ -520,3 +527,19 @@ def test_reasoning_sent_back_beside_the_content_is_counted_even_after_the_engine
     back = oai.from_messages([shortened], validate=False)[0]
     assert back == {**plain, **field, "tool_calls": [_call("c1", "read", "{}")]}
     assert counter.count_message(shortened) - counter.count_message(bare) >= 500
+
+
+def test_audio_input_audio_does_not_take_stays_a_file_part() -> None:
+    # LiteLLM sends Gemini audio as a file part: it came back as an input_audio part of format "ogg",
+    # which OpenAI refuses, and no longer as what the client sent.
+    dicts = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Transcribe."},
+                {"type": "file", "file": {"file_data": "data:audio/ogg;base64,T2dnUw=="}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            ],
+        }
+    ]
+    assert oai.from_messages(oai.to_messages(dicts)) == dicts

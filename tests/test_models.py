@@ -18,7 +18,7 @@ from _sizes import examples
 from agentcontext import models
 from agentcontext.exceptions import ConfigError, UnknownModelError
 from agentcontext.models import ModelSpec
-from agentcontext.tokens import CalibratedCounter
+from agentcontext.tokens import CHATML, CalibratedCounter
 
 # --------------------------------------------------------------------------
 # Resolution of names as agents really send them.
@@ -768,6 +768,10 @@ def test_counter_for_a_registered_open_model_uses_its_tokenizer_file(
     counter = models.counter_for("acme-open-2026-01-01")
     text = "an open model reads files"
     assert counter.count_text(text) == len(tok.encode(text).ids)
+    # The same tokenizer served by Google (a Gemma): Gemini's rules for images and files, the tokenizer's
+    # own chat framing kept (ChatML; OpenAI's replaced it).
+    gemma = _spec("acme-gemma", provider="google", tokenizer=f"hf:{path}")
+    assert models.counter_for(gemma).chat_format == dataclasses.replace(CHATML, image_provider="gemini")
 
 
 def test_estimate_ratio_is_where_a_models_calibration_starts_and_is_validated() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import struct
 import wave
 import zlib
@@ -73,6 +74,17 @@ def test_pages_are_found_in_compressed_object_streams_and_from_the_page_tree() -
     assert file_tokens(FilePart(url=data_url("application/pdf", unreadable))) == 5 * 3_000
 
 
+def test_pages_in_object_streams_count_beside_a_page_rewritten_plain() -> None:
+    # An incremental update (an annotation added in a viewer) appends a rewritten page as a plain object:
+    # that one page hid the sixty in the object stream.
+    updated = (
+        pdf_with_object_streams(60) + b"3 0 obj << /Type /Page /Parent 2 0 R /Annots [9 0 R] >> endobj\n"
+    )
+    assert pdf_pages(updated) == 61  # an update repeats a page: an overcount by one, never 60 pages short
+    # The page tree's count, when it says more than the objects found.
+    assert pdf_pages(b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj 2 0 obj << /Type /Pages /Count 12 >>") == 12
+
+
 def test_a_corrupt_object_stream_is_skipped_not_raised() -> None:
     broken = b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode >>\nstream\nnot zlib at all\nendstream"
     assert pdf_pages(broken) is None
@@ -86,13 +98,29 @@ def test_audio_costs_its_length() -> None:
     frame_header = bytes([0xFF, 0xFB, 0x90, 0x64])
     mp3 = FilePart(url=data_url("audio/mpeg", frame_header + b"\x00" * 79_996))
     assert file_tokens(mp3, provider="openai") == 50
-    # Anything else at 32 kbit/s, which makes a typical recording longer than it is: 40,000 bytes = 10 s.
-    ogg = FilePart(url=data_url("audio/ogg", b"OggS" + b"\x00" * 39_996))
-    assert file_tokens(ogg, provider="openai") == 100
+    # An Ogg Opus voice note by its last page's granule position (48 kHz samples): 60 s at 16 kbit/s.
+    head = b"OggS" + b"\x00\x02" + (0).to_bytes(8, "little") + b"\x00" * 14 + b"OpusHead" + b"\x00" * 11
+    tail = b"OggS" + b"\x00\x04" + (60 * 48_000).to_bytes(8, "little") + b"\x00" * 14
+    voice = FilePart(url=data_url("audio/ogg", head + b"\x00" * 120_000 + tail))
+    assert file_tokens(voice, provider="openai") == 600
+    # FLAC by its stream info: 44.1 kHz, 30 s.
+    info = (44_100 << 44 | 1 << 41 | 15 << 36 | 30 * 44_100).to_bytes(8, "big")
+    flac = FilePart(
+        url=data_url("audio/flac", b"fLaC" + b"\x00\x00\x00\x22" + b"\x00" * 10 + info + b"\x00" * 5_000)
+    )
+    assert file_tokens(flac, provider="openai") == 300
+    # Anything else at 16 kbit/s, what voice notes run at (music errs long): 40,000 bytes = 20 s.
+    unknown = FilePart(url=data_url("audio/webm", b"\x1aE\xdf\xa3" + b"\x00" * 39_996))
+    assert file_tokens(unknown, provider="openai") == 200
 
 
 def test_video_costs_its_length() -> None:
     assert file_tokens(FilePart(url=data_url("video/mp4", mp4(20)))) == 20 * 300
+    # A fragmented MP4 (a live or browser recording) says 0 in its header: counted by its size, never as 1 token.
+    fragmented = mp4(0) + b"\x00" * 200_000
+    assert file_tokens(FilePart(url=data_url("video/mp4", fragmented))) == math.ceil(
+        len(fragmented) / 125_000 * 300
+    )
     unknown = FilePart(url=data_url("video/webm", b"\x1aE\xdf\xa3" + b"\x00" * 249_996))  # 250 kB at 1 Mbit/s
     assert file_tokens(unknown) == 2 * 300
 
@@ -158,3 +186,24 @@ def test_what_compressed_streams_may_inflate_to_is_bounded() -> None:
     pages = pdf_pages(b"%PDF-1.5\n" + streams)
     assert pages is not None and pages <= 64 * 1024 * 1024 // len(page) + 1
     assert pages >= 3 * (16 * 1024 * 1024 // len(page))  # the first streams were read, each up to its cap
+
+
+def test_an_untyped_file_is_counted_by_what_its_bytes_are() -> None:
+    # The Agents SDK's ToolOutputFileContent(file_data=<base64>) without a filename arrives untyped
+    # (application/octet-stream): a 10-page PDF was counted at a token per 3 bytes, 667k for 2 MB.
+    doc = pdf(10) + bytes(range(256)) * 8_000
+    for media in ("application/octet-stream", "binary/octet-stream", ""):
+        part = FilePart(url=f"data:{media};base64,{base64.b64encode(doc).decode()}")
+        assert file_tokens(part) == 10 * 3_000, media
+    assert file_tokens(FilePart(url=data_url("application/octet-stream", wav(6.0)))) == 60
+
+
+def test_an_mp4_of_unknown_length_is_counted_by_its_size() -> None:
+    unknown = bytearray(mp4(1))
+    at = (
+        unknown.find(b"mvhd") + 4 + 4 + 4 + 4 + 4
+    )  # version/flags, creation, modification, scale: the duration
+    unknown[at : at + 4] = b"\xff\xff\xff\xff"  # all ones: "unknown" in ISO/IEC 14496-12
+    assert file_tokens(FilePart(url=data_url("video/mp4", bytes(unknown)))) == math.ceil(
+        len(unknown) / 125_000 * 300
+    )

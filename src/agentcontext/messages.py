@@ -41,6 +41,7 @@ __all__ = [
     "Role",
     "TextPart",
     "ToolCall",
+    "attachment_note",
     "derive_id",
     "latest_user_index",
     "new_id",
@@ -49,6 +50,7 @@ __all__ = [
     "safe_split_points",
     "tool_call_index",
     "tool_name_for",
+    "with_attachments_noted",
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -57,6 +59,8 @@ ROLES: frozenset[str] = frozenset(get_args(Role))
 JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
 
 _EMPTY: Mapping[str, JSONValue] = MappingProxyType({})
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-yaml"})
+"""Media types outside ``text/*`` whose files are text (`FilePart.text`)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -193,6 +197,17 @@ class FilePart:
         return self.media_type or "file"
 
     @property
+    def text(self) -> str | None:
+        """The text of a text file (``text/*``, JSON, XML, YAML) whose bytes are here; None for any other file."""
+        media = (self.media_type or "").lower()
+        if not (media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml"))):
+            return None
+        data = self.data
+        return (
+            None if data is None else data.decode("utf-8", errors="replace")
+        )  # "replace" leaves no surrogate
+
+    @property
     def data(self) -> bytes | None:
         """The file's bytes when they travel in a ``data:`` URL (None otherwise, or when they do not decode)."""
         if not self.url.startswith("data:") or "," not in self.url:
@@ -218,6 +233,24 @@ class FilePart:
 
 
 ContentPart: TypeAlias = TextPart | ImagePart | FilePart
+
+
+def attachment_note(part: ImagePart | FilePart) -> str:
+    """How a summary or a transcript names an image or a file it does not carry: ``[attached file: a.pdf]``."""
+    return "[attached image]" if isinstance(part, ImagePart) else f"[attached file: {part.label}]"
+
+
+def with_attachments_noted(m: Message) -> Message:
+    """``m`` as a summarizer is shown it: its images and files replaced by notes naming them (`attachment_note`).
+
+    A summarizer reads text. What it is given is also what its input is measured in: a 90-page PDF is one
+    line to it, not the 270,000 tokens the provider bills for it.
+    """
+    if not isinstance(m.content, tuple) or not m.attachments:
+        return m
+    return m.evolve(
+        content=tuple(p if isinstance(p, TextPart) else TextPart(text=attachment_note(p)) for p in m.content)
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

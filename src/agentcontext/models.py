@@ -304,14 +304,18 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     """
     spec = model if isinstance(model, ModelSpec) else get(model)
     # Imported here so this module (and `get`) works without loading tiktoken.
-    from .tokens import ENCODING_NAMES, CalibratedCounter, ChatFormat, counter_for_tokenizer
+    from .tokens import ENCODING_NAMES, CalibratedCounter, counter_for_tokenizer
 
     # Images and files are billed by the provider's own rule (a Claude image by its pixels, a PDF page
     # on Gemini at a fifth of its price on Claude); text framing stays OpenAI's, the best measured.
+    counter = counter_for_tokenizer(spec.tokenizer)
     billing = _BILLING.get(spec.provider)
-    counter = counter_for_tokenizer(
-        spec.tokenizer, chat_format=ChatFormat(image_provider=billing) if billing else None
-    )
+    if (
+        billing is not None
+    ):  # the tokenizer's own framing (ChatML for a tokenizer.json), the provider's media rules
+        counter = counter_for_tokenizer(
+            spec.tokenizer, chat_format=dataclasses.replace(counter.chat_format, image_provider=billing)
+        )
     if not calibrated or spec.tokenizer in ENCODING_NAMES:
         return counter
     return CalibratedCounter(counter, min_correction=1.0, max_correction=2.0, initial=spec.estimate_ratio)

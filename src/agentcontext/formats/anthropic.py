@@ -459,6 +459,12 @@ def _modelled_blocks(blocks: Sequence[object], kept: set[str]) -> list[object]:
             continue
         kind = block.get("type")
         keys = _MODELLED.get(kind) if isinstance(kind, str) else None
+        source = block.get("source")
+        if kind == "document" and not (
+            isinstance(source, Mapping) and source.get("type") in _DOCUMENT_SOURCES
+        ):
+            keys = None  # a source not modelled (custom content): the block travels whole, as before
+            kind = f"{kind} ({type_name(source) if not isinstance(source, Mapping) else source.get('type')!r} source)"
         if keys is None:
             kept.add(f"{kind!r} blocks")
             out.append(None)
@@ -708,6 +714,15 @@ def _part_in(block: Mapping[str, object], index: int, field: str) -> ContentPart
         raise at(e, index=index, field=f"{field}.source") from None
 
 
+_DOCUMENT_SOURCES: Mapping[str, tuple[str, ...]] = {
+    "base64": ("media_type", "data"),
+    "text": ("media_type", "data"),
+    "url": ("url",),
+    "file": ("file_id",),
+}
+"""The document sources agentcontext models, and the fields each holds."""
+
+
 def _document_in(block: Mapping[str, object], index: int, field: str) -> FilePart:
     only_keys(block, ("type", "source", "title"), index=index, field=field)
     source, title = block.get("source"), block.get("title")
@@ -724,12 +739,7 @@ def _document_in(block: Mapping[str, object], index: int, field: str) -> FilePar
             field=f"{field}.title",
         )
     kind, where = source.get("type"), f"{field}.source"
-    keys = {
-        "base64": ("media_type", "data"),
-        "text": ("media_type", "data"),
-        "url": ("url",),
-        "file": ("file_id",),
-    }
+    keys = _DOCUMENT_SOURCES
     if not isinstance(kind, str) or kind not in keys:
         fail(
             f"unsupported document source type {kind!r}; agentcontext models 'base64', 'text', 'url' and 'file' sources",
@@ -748,7 +758,15 @@ def _document_in(block: Mapping[str, object], index: int, field: str) -> FilePar
     if kind == "base64":
         url = f"data:{values[0]};base64,{value}"
     elif kind == "text":
-        url = f"data:{values[0]},{urllib.parse.quote(value, safe='')}"
+        try:
+            url = f"data:{values[0]},{urllib.parse.quote(value, safe='')}"
+        except UnicodeEncodeError:
+            fail(
+                "a text document holds a lone UTF-16 surrogate, which no provider accepts; decode your "
+                "input with errors='replace' or fix its source",
+                index=index,
+                field=f"{where}.data",
+            )
     else:
         url = ANTHROPIC_FILE_ID_URL + value if kind == "file" else value
     try:
@@ -765,8 +783,18 @@ def _document_out(part: FilePart, index: int, field: str) -> _Block:
     elif url.startswith("data:") and "," in url:
         head, data = url[5:].split(",", 1)
         media_type = head.split(";", 1)[0] or "text/plain"
-        if head.endswith(";base64"):
-            source = {"type": "base64", "media_type": media_type, "data": data}
+        text = part.text
+        if head.endswith(";base64") and text is not None:  # Anthropic reads text as a text source only
+            source = {"type": "text", "media_type": "text/plain", "data": text}
+        elif head.endswith(";base64"):
+            if media_type != "application/pdf" and not (part.data or b"").startswith(b"%PDF"):
+                fail(
+                    f"Anthropic reads documents as PDF or plain text, not {media_type or 'untyped data'}; "
+                    "send other files to a provider that takes them, or describe them in text",
+                    index=index,
+                    field=field,
+                )
+            source = {"type": "base64", "media_type": "application/pdf", "data": data}
         else:
             text = urllib.parse.unquote(data)
             source = {"type": "text", "media_type": media_type, "data": text}

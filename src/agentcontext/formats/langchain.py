@@ -61,8 +61,10 @@ integrations that see the whole history at every step.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import mimetypes
 import urllib.parse
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -389,6 +391,12 @@ def _exact_part(block: object) -> ContentPart | None:
             return ImagePart(url=image["url"], detail=detail)
         except InvalidMessageError:
             return None
+    if kind in _FILE_BLOCKS:  # exact when it is the block agentcontext writes for the part it reads
+        try:
+            file = _file_of(block)
+        except InvalidMessageError:
+            return None
+        return file if file is not None and _file_block(file) == block else None
     return None
 
 
@@ -434,49 +442,73 @@ def _image_of(block: Mapping[str, JSONValue]) -> ImagePart | None:
     return ImagePart(url=url) if isinstance(url, str) else None
 
 
-_FILE_BLOCKS = frozenset({"file", "audio", "video", "input_audio", "input_file", "document"})
+_FILE_BLOCKS = frozenset({"file", "audio", "video", "text-plain", "input_audio", "input_file", "document"})
 
 
 def _file_of(block: Mapping[str, JSONValue]) -> FilePart | None:
     """The file a block holds, in any shape LangChain passes to a provider, else None.
 
-    LangChain's own blocks (``file``, ``audio``, ``video``: v1 ``base64`` /
-    ``url`` / ``file_id``, v0 ``source_type`` + ``data`` / ``url`` / ``id``), and the
-    providers' shapes it forwards as they are (OpenAI ``file`` and
-    ``input_audio``, Responses ``input_file``, Anthropic ``document``).
+    LangChain's own blocks (``file``, ``audio``, ``video``, ``text-plain`` with ``base64``: v1 ``base64`` /
+    ``url`` / ``file_id``, v0 ``source_type`` + ``data`` / ``url`` / ``id``), and the providers' shapes it
+    forwards as they are (OpenAI ``file`` and ``input_audio``, Responses ``input_file``, Anthropic
+    ``document``).
     """
     kind = block.get("type")
     if not isinstance(kind, str) or kind not in _FILE_BLOCKS:
         return None
     inner = block.get(kind)
-    if kind in ("file", "input_audio") and isinstance(inner, dict):  # OpenAI's Chat Completions shape
-        if kind == "input_audio":
-            data, audio = inner.get("data"), inner.get("format")
-            if not isinstance(data, str):
-                return None
-            return _file(f"data:audio/{'mpeg' if audio == 'mp3' else audio};base64,{data}", None, None)
-        given = inner.get("file_data"), inner.get("file_id")
-        url = given[0] if isinstance(given[0], str) else f"openai-file-id:{given[1]}" if given[1] else None
-        return _file(url, None, inner.get("filename"))
+    if kind in ("file", "input_audio") and isinstance(inner, dict):
+        return _openai_file(kind, inner)
     if kind == "input_file":
-        source = block.get("file_data") or block.get("file_url")
-        if not source and block.get("file_id"):
-            source = f"openai-file-id:{block['file_id']}"
-        return _file(source, None, block.get("filename"))
-    if kind == "document":  # Anthropic's shape
-        source = block.get("source")
-        if not isinstance(source, dict):
+        return _responses_file(block)
+    if kind == "document":
+        return _anthropic_file(block)
+    if kind == "text-plain" and isinstance(block.get("text"), str):
+        return None  # text, counted as text
+    return _langchain_file(block, "text/plain" if kind == "text-plain" else None)
+
+
+def _openai_file(kind: str, inner: Mapping[str, JSONValue]) -> FilePart | None:
+    if kind == "input_audio":
+        data, audio = inner.get("data"), inner.get("format")
+        if not isinstance(data, str):
             return None
-        media = source.get("media_type")
-        if source.get("type") == "base64":
-            return _file(f"data:{media};base64,{source.get('data')}", None, block.get("title"))
-        if source.get("type") == "text" and isinstance(source.get("data"), str):
-            text = urllib.parse.quote(cast(str, source["data"]), safe="")
-            return _file(f"data:{media or 'text/plain'},{text}", None, block.get("title"))
-        return _file(source.get("url"), None, block.get("title"))
-    media = block.get("mime_type")
+        return _file(f"data:audio/{'mpeg' if audio == 'mp3' else audio};base64,{data}", None, None)
+    data, file_id = inner.get("file_data"), inner.get("file_id")
+    url = data if isinstance(data, str) else f"openai-file-id:{file_id}" if file_id else None
+    return _file(url, None, inner.get("filename"))
+
+
+def _responses_file(block: Mapping[str, JSONValue]) -> FilePart | None:
+    data, name = block.get("file_data"), block.get("filename")
+    if isinstance(data, str) and not data.startswith("data:"):  # bare base64, typed by its name
+        media = mimetypes.guess_type(name)[0] if isinstance(name, str) else None
+        data = f"data:{media or 'application/octet-stream'};base64,{data}"
+    file_id = block.get("file_id")
+    return _file(
+        data or block.get("file_url") or (f"openai-file-id:{file_id}" if file_id else None), None, name
+    )
+
+
+def _anthropic_file(block: Mapping[str, JSONValue]) -> FilePart | None:
+    source, title = block.get("source"), block.get("title")
+    if not isinstance(source, dict):
+        return None
+    kind, media, data = source.get("type"), source.get("media_type"), source.get("data")
+    if kind == "base64":
+        return _file(f"data:{media};base64,{data}", None, title)
+    if kind == "text" and isinstance(data, str):
+        return _file(f"data:{media or 'text/plain'},{_quoted(data)}", None, title)
+    if kind == "file" and source.get("file_id"):
+        return _file(f"anthropic-file-id:{source['file_id']}", None, title)
+    return _file(source.get("url"), None, title)
+
+
+def _langchain_file(block: Mapping[str, JSONValue], default_type: str | None) -> FilePart | None:
+    media = block.get("mime_type") or default_type
     extras = block.get("extras") if isinstance(block.get("extras"), dict) else block.get("metadata")
     name = block.get("filename") or (extras.get("filename") if isinstance(extras, dict) else None)
+    name = name or block.get("title")
     source_type = block.get("source_type")
     data = (
         block.get("base64") if source_type is None else block.get("data") if source_type == "base64" else None
@@ -487,6 +519,16 @@ def _file_of(block: Mapping[str, JSONValue]) -> FilePart | None:
         block.get("file_id") if source_type is None else block.get("id") if source_type == "id" else None
     )
     return _file(block.get("url") or (f"file-id:{file_id}" if file_id else None), media, name)
+
+
+def _quoted(text: str) -> str:
+    try:
+        return urllib.parse.quote(text, safe="")
+    except UnicodeEncodeError:
+        raise InvalidMessageError(
+            "a text document holds a lone UTF-16 surrogate, which no provider accepts; decode your input "
+            "with errors='replace' or fix its source"
+        ) from None
 
 
 def _file(url: JSONValue, media_type: JSONValue, name: JSONValue) -> FilePart | None:
@@ -827,6 +869,8 @@ def _file_block(part: FilePart) -> dict[str, Any]:
     url = part.url
     if url.startswith("data:") and url.split(",", 1)[0].endswith(";base64"):
         block["base64"] = url.split(",", 1)[1]
+    elif url.startswith("data:"):  # LangChain's converters take data as base64, never as a data: URL
+        block["base64"] = base64.b64encode(part.data or b"").decode()
     elif url.startswith(("openai-file-id:", "anthropic-file-id:", "file-id:")):
         block["file_id"] = url.split(":", 1)[1]
     else:

@@ -19,7 +19,9 @@ What is kept, and how:
   ``None`` stays ``None``. A ``file`` part is a `FilePart` whose URL is its
   ``file_data`` (a ``data:`` URL) or ``openai-file-id:<file_id>``, named by its
   ``filename``; an ``input_audio`` part is a `FilePart` with a base64 ``data:``
-  URL of type ``audio/wav`` or ``audio/mpeg`` (and is written back as one).
+  URL of type ``audio/wav`` or ``audio/mpeg``, written back as one (so is a
+  ``file`` part holding unnamed WAV or MP3: the same audio for OpenAI; other
+  audio, as LiteLLM sends it to Gemini, stays a ``file`` part).
   Files are counted by what they hold (`agentcontext.tokens.file_tokens`). An assistant message without a ``content`` key reads as
   ``content: None`` and is written back with it, as the API itself returns it.
 - ``tool_calls`` become `ToolCall` objects with the ``arguments`` text verbatim
@@ -340,7 +342,7 @@ def _part_in(part: object, role: Role, allowed: frozenset[str], index: int | Non
         )
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in allowed:
-        if kind in _ATTACHMENTS:
+        if isinstance(kind, str) and kind in _ATTACHMENTS:
             why = f"{kind!r} parts go in user messages and tool results, not in {role} ones"
         else:
             why = f"unsupported content part type {kind!r}; agentcontext models 'text' parts" + (
@@ -400,18 +402,18 @@ def _file_part_in(part: Mapping[str, object], kind: str, index: int | None, fiel
                 index=index,
                 field=f"{field}.{kind}.{key}",
             )
-    try:
-        if kind == "input_audio":
-            data, audio = body.get("data"), body.get("format")
-            if not isinstance(data, str) or not isinstance(audio, str):
-                fail(
-                    "'input_audio' needs 'data' (base64) and 'format' ('wav' or 'mp3')",
-                    index=index,
-                    field=f"{field}.input_audio",
-                )
-            media = _AUDIO_TYPES.get(audio, f"audio/{audio}")
-            return FilePart(url=f"data:{media};base64,{data}")
-        data, file_id, name = body.get("file_data"), body.get("file_id"), body.get("filename")
+    if kind == "input_audio":
+        data, audio = body.get("data"), body.get("format")
+        if not isinstance(data, str) or not isinstance(audio, str):
+            fail(
+                "'input_audio' needs 'data' (base64) and 'format' ('wav' or 'mp3')",
+                index=index,
+                field=f"{field}.input_audio",
+            )
+        media = _AUDIO_TYPES.get(audio, f"audio/{audio}")
+        url, name = f"data:{media};base64,{data}", None
+    else:
+        data, file_id, filename = body.get("file_data"), body.get("file_id"), body.get("filename")
         if (data is None) == (file_id is None):
             fail(
                 "a 'file' part needs exactly one of 'file_data' (a data: URL) and 'file_id'",
@@ -419,8 +421,10 @@ def _file_part_in(part: Mapping[str, object], kind: str, index: int | None, fiel
                 field=f"{field}.file",
             )
         url = cast(str, data) if data is not None else OPENAI_FILE_ID_URL + cast(str, file_id)
-        return FilePart(url=url, name=cast("str | None", name))
-    except InvalidMessageError as e:
+        name = cast("str | None", filename)
+    try:
+        return FilePart(url=url, name=name)
+    except InvalidMessageError as e:  # a FilePart knows no index: placed here
         raise at(e, index=index, field=f"{field}.{kind}") from None
 
 
@@ -636,10 +640,14 @@ def _content_out(m: Message, index: int | None) -> JSONValue:
 
 
 def _file_part_out(part: FilePart) -> JSONValue:
-    """An ``input_audio`` part for audio in a base64 ``data:`` URL without a name, else a ``file`` part."""
+    """An ``input_audio`` part for WAV or MP3 in a base64 ``data:`` URL without a name, else a ``file`` part.
+
+    ``input_audio`` takes those two formats only; any other audio (Ogg, WebM: what LiteLLM sends Gemini)
+    stays a ``file`` part, as it came.
+    """
     media, url = part.media_type or "", part.url
-    if media.startswith("audio/") and part.name is None and url.startswith("data:") and ";base64," in url:
-        audio = _AUDIO_FORMATS.get(media, media.removeprefix("audio/"))
+    if media in _AUDIO_FORMATS and part.name is None and url.startswith("data:") and ";base64," in url:
+        audio = _AUDIO_FORMATS[media]
         return {"type": "input_audio", "input_audio": {"data": url.split(",", 1)[1], "format": audio}}
     file: dict[str, JSONValue] = (
         {"file_id": url[len(OPENAI_FILE_ID_URL) :]}

@@ -927,10 +927,10 @@ def _tool_content(m: Message, original: object, index: int) -> Any:
     """A tool return's content for ``m``: its text, and the images and files it still holds (originals reused)."""
     if not m.attachments:
         return m.text
-    old = _split_files(original)
+    old = [(item, _item_part(item, index, "content")) for item in _split_files(original)]  # each read once
     items: list[Any] = [m.text]
     for j, part in enumerate(m.attachments):
-        same = next((item for item in old if _item_part(item, index, "content") == part), None)
+        same = next((item for item, seen in old if seen == part), None)
         items.append(same if same is not None else _attachment_item(part, index, j))
     return items
 

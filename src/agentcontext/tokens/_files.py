@@ -9,19 +9,21 @@ documentation they come from:
   **3,000 per page** for both, the top of Anthropic's range, so the estimate
   errs high. Gemini documents 258 tokens per page; bills measured on text pages
   come to about 560, which we count. Pages are counted from the file itself
-  (its ``/Type /Page`` objects, looked for in compressed object streams too,
-  else the page tree's ``/Count``); a file we cannot read counts one page per
-  50 kB.
+  (its ``/Type /Page`` objects, where they stand and in compressed object
+  streams, or the page tree's ``/Count`` when that says more); a file we cannot
+  read counts one page per 50 kB.
 * **Text** (``text/*``, JSON, XML, YAML): the text itself, counted with the
   counter's tokenizer (without one: a token per 3 bytes, high for English,
   right for CJK in UTF-8).
 * **Audio**: by its length. OpenAI bills audio input at 10 tokens a second
   (1 per 100 ms), Gemini at 32; Anthropic does not take audio and is counted as
-  Gemini. The length is read from a WAV header, or from an MP3 frame's bit
-  rate; any other audio counts as 32 kbit/s (4 kB a second), which errs long.
+  Gemini. The length is read from the file: a WAV header, an MP3 frame's bit
+  rate, an Ogg (Opus, Vorbis) stream's last granule, FLAC's stream info, an
+  M4A's ``mvhd``; any other audio counts as 16 kbit/s (2 kB a second), what
+  voice notes are recorded at (music errs long).
 * **Video**: Gemini bills 263 tokens a second (a frame a second plus its
   sound); we count 300 for every provider. The length is read from an MP4/MOV
-  ``mvhd`` box; any other video counts as 1 Mbit/s.
+  ``mvhd`` box; any other video (a fragmented MP4, WebM) counts as 1 Mbit/s.
 * **Anything else** in a ``data:`` URL (a spreadsheet, a Word file) counts as
   text of its size: a token per 3 bytes.
 
@@ -52,14 +54,13 @@ UNKNOWN_FILE_TOKENS = 3_000
 
 _BYTES_PER_PDF_PAGE = 50_000
 _BYTES_PER_TOKEN = 3
-_AUDIO_BYTES_PER_SECOND = 4_000  # 32 kbit/s: low for speech codecs, so lengths err long
+_AUDIO_BYTES_PER_SECOND = 2_000  # 16 kbit/s, what voice-note codecs (Opus, AMR) run at: music errs long
 _VIDEO_BYTES_PER_SECOND = 125_000  # 1 Mbit/s
 _INFLATE_LIMIT = 16 * 1024 * 1024
 """Most bytes one compressed PDF object stream may inflate to while pages are counted."""
 _INFLATE_TOTAL = 64 * 1024 * 1024
 """Most bytes all of a PDF's object streams may inflate to (a crafted file holds thousands)."""
 
-_TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/x-yaml")
 _PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
 _OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm\b")
 _STREAM = re.compile(rb"stream\r?\n")
@@ -93,15 +94,16 @@ def file_tokens(
     if data is None:
         return UNKNOWN_FILE_TOKENS
     media = (part.media_type or "").lower()
-    if media == "application/pdf" or (not media and data.startswith(b"%PDF")):
+    if not media or media in _GENERIC:  # untyped (an SDK's bare base64): the bytes say what it is
+        media = _sniff(data) or media
+    if media == "application/pdf":
         pages = pdf_pages(data)
         if pages is None:
             pages = max(1, math.ceil(len(data) / _BYTES_PER_PDF_PAGE))
         return pages * PDF_PAGE_TOKENS.get(provider, PDF_PAGE_TOKENS["openai"])
-    if media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml")):
-        if count_text is not None:
-            return max(1, count_text(data.decode("utf-8", errors="replace")))
-        return max(1, math.ceil(len(data) / _BYTES_PER_TOKEN))
+    text = part.text
+    if text is not None:
+        return max(1, count_text(text) if count_text is not None else math.ceil(len(data) / _BYTES_PER_TOKEN))
     if media.startswith("audio/"):
         seconds = _audio_seconds(data)
         rate = AUDIO_TOKENS_PER_SECOND.get(provider, AUDIO_TOKENS_PER_SECOND["gemini"])
@@ -114,6 +116,24 @@ def file_tokens(
     return max(1, math.ceil(len(data) / _BYTES_PER_TOKEN))
 
 
+_GENERIC = frozenset({"application/octet-stream", "binary/octet-stream", "application/binary"})
+
+
+def _sniff(data: bytes) -> str | None:
+    """A file's type from its first bytes, for the kinds counted by what they hold."""
+    if data.startswith(b"%PDF"):
+        return "application/pdf"
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "audio/wav"
+    if data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0):
+        return "audio/mpeg"
+    if data[:4] in (b"OggS", b"fLaC"):
+        return "audio/ogg" if data[:4] == b"OggS" else "audio/flac"
+    if data[4:8] == b"ftyp":
+        return "audio/mp4" if data[8:12] in (b"M4A ", b"M4B ") else "video/mp4"
+    return None
+
+
 def pdf_pages(data: bytes) -> int | None:
     """The number of pages of a PDF, read from its page objects; None when they cannot be found.
 
@@ -121,37 +141,80 @@ def pdf_pages(data: bytes) -> int | None:
     streams (PDF 1.5 and later often keep them there); failing both, the page
     tree's ``/Count`` is read. Nothing is rendered.
     """
+    # Page objects where they stand and in object streams, together: a file updated incrementally keeps
+    # the pages it rewrote plain and the others compressed. An overcount (an update repeats a page) is
+    # harmless; an undercount has the provider refuse the request.
     pages = len(_PAGE.findall(data))
-    if pages:
-        return pages
-    budget, view = (
-        _INFLATE_TOTAL,
-        memoryview(data),
-    )  # a view: slicing the rest of the file copied it per stream
+    budget = _INFLATE_TOTAL
     for header in _OBJECT_STREAM.finditer(data):
         start = _STREAM.search(data, header.end())
         if start is None:
             continue
-        inflater = zlib.decompressobj()
-        try:
-            body = inflater.decompress(view[start.end() :], min(_INFLATE_LIMIT, budget))
-        except zlib.error:
-            continue
+        body = _inflate(data, start.end(), min(_INFLATE_LIMIT, budget))
         pages += len(_PAGE.findall(body))
         budget -= len(body)
         if budget <= 0:
             break
-    if pages:
-        return pages
-    counts = [int(m.group(1)) for m in _COUNT.finditer(data)]
-    return max(counts) if counts and max(counts) > 0 else None
+    tree = max((int(m.group(1)) for m in _COUNT.finditer(data)), default=0)
+    return max(pages, tree) or None
+
+
+def _inflate(data: bytes, at: int, limit: int) -> bytes:
+    """The Flate stream starting at ``at``, inflated to at most ``limit`` bytes (what inflated before an error).
+
+    Fed in 64 kB pieces until the stream ends: handed the rest of the file at once, zlib keeps a copy
+    of everything after the stream, and a file of many streams was copied once per stream.
+    """
+    inflater, view = zlib.decompressobj(), memoryview(data)
+    out: list[bytes] = []
+    size = 0
+    try:
+        while not inflater.eof and at < len(data) and size < limit:
+            piece: bytes | memoryview = view[at : at + 65_536]
+            at += len(piece)
+            while piece and size < limit and not inflater.eof:
+                chunk = inflater.decompress(piece, limit - size)
+                out.append(chunk)
+                size += len(chunk)
+                piece = inflater.unconsumed_tail
+    except zlib.error:
+        pass
+    return b"".join(out)
 
 
 def _audio_seconds(data: bytes) -> float:
-    seconds = _wav_seconds(data)
-    if seconds is None:
-        seconds = _mp3_seconds(data)
-    return seconds if seconds is not None else len(data) / _AUDIO_BYTES_PER_SECOND
+    for read in (_wav_seconds, _mp3_seconds, _ogg_seconds, _flac_seconds, _mp4_seconds):
+        seconds = read(data)
+        if seconds is not None:
+            return seconds
+    return len(data) / _AUDIO_BYTES_PER_SECOND
+
+
+def _ogg_seconds(data: bytes) -> float | None:
+    """An Ogg Opus or Vorbis stream's length: the last page's granule position over the sample rate."""
+    if data[:4] != b"OggS":
+        return None
+    if b"OpusHead" in data[:200]:
+        rate = 48_000  # Opus granules count 48 kHz samples whatever the input rate
+    else:
+        at = data.find(b"\x01vorbis", 0, 200)
+        if at < 0 or at + 16 > len(data):
+            return None
+        rate = struct.unpack_from("<I", data, at + 12)[0]
+    last = data.rfind(b"OggS")
+    if last + 14 > len(data) or not rate:
+        return None
+    granule = struct.unpack_from("<q", data, last + 6)[0]
+    return granule / rate if granule > 0 else None
+
+
+def _flac_seconds(data: bytes) -> float | None:
+    """A FLAC file's length, from its STREAMINFO block: total samples over the sample rate."""
+    if data[:4] != b"fLaC" or len(data) < 26:
+        return None
+    info = int.from_bytes(data[18:26], "big")  # 20 bits rate, 3 channels, 5 bits per sample, 36 samples
+    rate, samples = info >> 44, info & ((1 << 36) - 1)
+    return samples / rate if rate and samples else None
 
 
 def _wav_seconds(data: bytes) -> float | None:
@@ -183,7 +246,7 @@ def _mp3_seconds(data: bytes) -> float | None:
 
 
 def _mp4_seconds(data: bytes) -> float | None:
-    at = data.find(b"mvhd", 0, 8 * 1024 * 1024)
+    at = data.find(b"mvhd")  # cameras and phones write it after the media, at the end
     if at < 0 or at + 24 > len(data):
         return None
     version = data[at + 4]
@@ -194,4 +257,7 @@ def _mp4_seconds(data: bytes) -> float | None:
             scale, duration = struct.unpack_from(">II", data, at + 16)
     except struct.error:
         return None
-    return duration / scale if scale else None
+    # A fragmented MP4 (a live or browser recording) writes 0 here, and all ones means "unknown": the
+    # length is then read from the size.
+    unknown = 0xFFFFFFFF if version != 1 else 0xFFFFFFFFFFFFFFFF
+    return duration / scale if scale and duration and duration != unknown else None
