@@ -218,6 +218,51 @@ def test_claude_code_messages_fit_and_keep_what_it_sent(proxy: Proxy, upstream: 
     assert len(sent[-1].messages) < len(bodies[-1]["messages"])
 
 
+def test_claude_code_reading_a_pdf_fits_by_its_pages(proxy: Proxy, upstream: ProviderServer) -> None:
+    """Claude Code's Read tool on a PDF returns it as a document block in the tool result.
+
+    agentcontext carried such blocks through uncounted (2,400 tokens a page at this provider), so the
+    requests went over the window at the provider once the history filled it.
+    """
+    start = len(upstream.requests)
+    system = [{"type": "text", "text": SYSTEM}]
+    page = base64.b64encode(b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n").decode()
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": page},
+    }
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "Read the manual."}]}
+    ]
+    bodies = []
+    for step in range(10):
+        body = {
+            "model": "claude-sonnet-4-5",
+            "system": system,
+            "messages": json.loads(json.dumps(messages)),
+            "tools": claude_code_tools(),
+            "max_tokens": 400,
+        }
+        bodies.append(body)
+        reply = proxy.post("/v1/messages", body, **{"anthropic-version": "2023-06-01"})
+        uses = [b for b in reply["content"] if b["type"] == "tool_use"]
+        messages.append({"role": "assistant", "content": uses})
+        result: Any = [{"type": "text", "text": "manual.pdf"}, document] if step == 0 else output(step)
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": u["id"], "content": result} for u in uses],
+            }
+        )
+    sent = sent_since(upstream, start)
+    assert_fits(sent)  # by the server's own bill: 2,400 tokens a page
+    assert _check_anthropic(bodies[-1])[1] > WINDOW
+    for r, body in zip(sent, bodies, strict=True):
+        assert r.messages[-1] == body["messages"][-1]  # the newest turn exactly as sent
+        assert "Read the manual." in r.texts()
+    assert page in json.dumps(sent[1].body)  # the page went out while it was the newest result
+
+
 SPEC = (
     "data:text/plain;base64,"
     + base64.b64encode(b"Step 3 must print DONE; any other output fails.\n").decode()

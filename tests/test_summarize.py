@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from agentcontext import ContextEngine, Level, Thresholds
+from agentcontext import ContextEngine, Level, ObservationTruncator, Thresholds
 from agentcontext.compaction import FallbackReason, is_user_request
 from agentcontext.engine import Prepared, default_pipelines
 from agentcontext.exceptions import ConfigError, SummarizerError
@@ -1087,3 +1087,30 @@ def test_a_history_never_compacted_keeps_the_users_goal_when_its_oldest_part_is_
     prepared = ContextEngine(model="gpt-4o", window=60_000, reserve=4_000).prepare(msgs)
     assert any(a.kind == "dropped" for a in prepared.report.actions)  # the bound held
     assert any(goal in m.text for m in prepared.messages)
+
+
+@pytest.mark.parametrize("window", [4_400, 3_500])
+def test_the_first_large_output_is_read_before_it_is_summarized(window: int) -> None:
+    # The task, one call, and its output at 72-93% of the budget: the only split with anything to summarize
+    # took that output, which the agent had not read yet; it got a summary of it, and called the tool again.
+    output = "\n".join(f"line {i}: value {i * 7} ok" for i in range(300))
+    msgs = [
+        Message(role="system", content="Be careful."),
+        Message(role="user", content="Read the log."),
+        Message(role="assistant", tool_calls=(ToolCall(id="t1", name="read", arguments="{}"),)),
+        Message(role="tool", tool_call_id="t1", content=output),
+    ]
+    engine = ContextEngine(
+        model="gpt-4o", window=window, reserve=400, truncator=ObservationTruncator(max_bytes=10**7)
+    )
+    prepared = engine.prepare(msgs)
+    assert prepared.report.tokens_before > 0.7 * prepared.report.budget  # over the soft limit
+    assert list(prepared.messages) == msgs and prepared.report.actions == ()
+    # Once read (the agent answered), the next compaction may summarize it.
+    answered = [
+        *msgs,
+        Message(role="assistant", content="The log is clean."),
+        Message(role="user", content="Next?"),
+    ]
+    again = engine.prepare(answered, state=prepared.state)
+    assert any(a.kind == "summarized" for a in again.report.actions)

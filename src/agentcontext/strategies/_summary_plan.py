@@ -239,6 +239,13 @@ def plan_summary(
     for p in candidates:
         ledger_tokens, ledger_size = ledger.cost(p)
         if p - h - ledger_size <= 0:
+            if p == newest and suffix[0] + ctx.reply_overhead <= max(ctx.settle, ctx.target):
+                # Only kept messages precede the newest step, and every other split summarizes that step:
+                # the output of the call the agent just made, which it has not read (72% of the budget,
+                # summarized unread, and the agent called again). It fits: it stays, settled, for the
+                # agent to read; the next compaction summarizes it.
+                best = (p, strategy.min_summary_tokens, False, max(ctx.settle, ctx.target))
+                break
             continue  # only kept messages before the split: nothing to summarize
         needs_ack = strategy.acknowledge and p < n and msgs[p].role == "user"
         used = (
