@@ -137,3 +137,93 @@ def test_a_summary_says_the_goal_stands_verbatim_and_keeps_what_each_request_att
     assert any(m.text.startswith("Review contract 0 ") for m in prepared.messages)
     quoted = [k for k in range(20, 500, 20) if f"Review contract {k} " in summary]
     assert len(quoted) > 3 and all(f"[attached file: c{k}.pdf]" in summary for k in quoted)
+
+
+def text_file(text: str, name: str) -> FilePart:
+    return FilePart(url="data:text/plain;base64," + base64.b64encode(text.encode()).decode(), name=name)
+
+
+def test_a_log_returned_as_a_text_file_keeps_its_errors_in_the_summary_as_text_does() -> None:
+    # A summarizer was shown "[attached file: pytest.log]" for it: the failing test and its error were lost,
+    # and the report said every identifier was kept.
+    log = "\n".join(
+        [f"test_{i} PASSED" for i in range(150)]
+        + ["FAILED tests/test_pay.py::test_refund - KeyError: 'order_7731'", "1 failed, 150 passed in 3.2s"]
+    )
+    msgs = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content="Run the tests and fix what fails."),
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="run_tests", arguments="{}"),)),
+        Message(role="tool", tool_call_id="c1", content=(text_file(log, "pytest.log"),)),
+        Message(role="assistant", content="One test fails; looking into it."),
+    ]
+    for k in range(2, 14):
+        call = ToolCall(id=f"c{k}", name="read", arguments=json.dumps({"path": f"src/m{k}.py"}))
+        code = "\n".join(f"def f{k}_{i}(): return {i}" for i in range(60))
+        msgs += [
+            Message(role="assistant", tool_calls=(call,)),
+            Message(role="tool", tool_call_id=f"c{k}", content=code),
+        ]
+    prepared = ac.ContextEngine(model="gpt-4o", window=9_000, reserve=1_000).prepare(msgs)
+    summarized = next(a for a in prepared.report.actions if a.kind == "summarized")
+    assert any(m.id in summarized.message_ids for m in msgs[3:4])
+    kept = "\n".join(m.text for m in prepared.messages)
+    assert "order_7731" in kept and "1 failed" in kept
+
+
+def test_a_one_shot_fit_widens_the_cut_of_a_text_file_as_of_text() -> None:
+    # 14,000 lines returned as a file: cut at ingest by lines, and a one-shot fit with 68k tokens of room
+    # left it cut (it measured the message's text, empty for a file).
+    log = "x\n" * 14_000
+    msgs = [
+        Message(role="system", content="You are an agent."),
+        Message(role="user", content="Show me the log."),
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="cat", arguments="{}"),)),
+        Message(role="tool", tool_call_id="c1", content=(text_file(log, "run.log"),)),
+    ]
+    engine = ac.ContextEngine(model="gpt-4o", window=100_000, reserve=4_000)
+    prepared = engine.prepare(msgs, fill=True)
+    assert not any(a.kind == "truncated" for a in prepared.report.actions)
+    assert prepared.report.tokens_after == engine.count(msgs)
+
+
+def test_a_result_with_an_image_cut_for_a_summarizer_names_a_message_recall_finds() -> None:
+    # The cut named the id of a copy with its image noted, which no message has: recall of it failed.
+    import re
+
+    from agentcontext import ImagePart, Level
+    from agentcontext.session import MemoryStore
+    from agentcontext.strategies import HardTruncate, Summarize, Tiered, TokenBudget
+    from agentcontext.testing import ScriptedSummarizer
+
+    summarizer = ScriptedSummarizer(replies=["The agent took a screenshot and read the log."])
+    s = Summarize()
+    pipes = {
+        Level.NORMAL: Tiered(tiers=(s, TokenBudget())),
+        Level.AGGRESSIVE: Tiered(tiers=(s, TokenBudget())),
+        Level.EMERGENCY: Tiered(tiers=(s, HardTruncate())),
+    }
+    engine = ac.ContextEngine(
+        model="gpt-4o", window=9_000, reserve=1_000, summarizer=summarizer, truncator=None, pipelines=pipes
+    )
+    log = "\n".join(f"line {i}: value={i * 7}" for i in range(1300))  # over one summary request
+    shot = ImagePart(url="https://example.com/shot.png")
+    session = ac.Session.from_store(MemoryStore(), engine=engine)
+    for m in [
+        Message(role="system", content="You are an agent."),
+        Message(role="user", content="Take a screenshot and read the log."),
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="screenshot", arguments="{}"),)),
+        Message(role="tool", tool_call_id="c1", content=(TextPart(text=log), shot)),
+        Message(role="assistant", content="I see the log."),
+        Message(role="user", content="Now fix the bug."),
+        Message(role="assistant", tool_calls=(ToolCall(id="c2", name="ls", arguments="{}"),)),
+        Message(role="tool", tool_call_id="c2", content="a.py b.py"),
+    ]:
+        session.append(m)
+    session.prepare()
+    refs = [
+        ref for r in summarizer.requests for m in r.messages for ref in re.findall(r"message:msg_\w+", m.text)
+    ]
+    assert refs
+    for ref in refs:
+        assert session.recall(ref)  # raises RecallError for a reference to no message

@@ -543,3 +543,17 @@ def test_audio_input_audio_does_not_take_stays_a_file_part() -> None:
         }
     ]
     assert oai.from_messages(oai.to_messages(dicts)) == dicts
+
+
+def test_a_file_another_provider_holds_is_refused_by_name_not_sent() -> None:
+    from agentcontext.formats import responses
+
+    held = Message(role="user", content=(FilePart(url="anthropic-file-id:file_01", name="a.pdf"),))
+    with pytest.raises(
+        InvalidMessageError, match="message 0, field 'content\\[0\\]'.*another provider's file"
+    ):
+        oai.from_messages([held])
+    with pytest.raises(
+        InvalidMessageError, match="message 0, field 'content'.*not 'anthropic-file-id:file_01'"
+    ):
+        responses.from_messages([held])

@@ -1114,3 +1114,82 @@ def test_the_first_large_output_is_read_before_it_is_summarized(window: int) -> 
     ]
     again = engine.prepare(answered, state=prepared.state)
     assert any(a.kind == "summarized" for a in again.report.actions)
+
+
+def test_compacting_on_demand_makes_progress_on_a_task_and_one_step() -> None:
+    # must_fit is what a caller runs after the provider refused the prompt as too long: with the newest step
+    # kept up to the budget, the task and one large step came back unchanged, and were refused again.
+    calls = tuple(
+        ToolCall(id=f"c{k}", name="read", arguments=json.dumps({"path": f"f{k}.txt"})) for k in range(3)
+    )
+    msgs = [
+        Message(role="system", content="You are helpful."),
+        Message(role="user", content="Read the three files."),
+        Message(role="assistant", tool_calls=calls),
+        *(
+            Message(role="tool", tool_call_id=f"c{k}", content=" ".join(f"f{k}w{i}" for i in range(850)))
+            for k in range(3)
+        ),
+    ]
+    engine = ContextEngine(model="gpt-4o", window=20_000, reserve=4_000)
+    assert engine.count(msgs) > 0.6 * engine.budget
+    forced = engine.must_fit(msgs)
+    assert forced.report.tokens_after < engine.count(msgs) // 4 and forced.compaction is not None
+
+
+def _bounded_engine(first_words: int) -> tuple[ContextEngine, list[Message], list[SummaryRequest]]:
+    from agentcontext.testing import WordCounter
+
+    def words(n: int, s: str) -> str:
+        return " ".join(f"{s}{i}" for i in range(n))
+
+    msgs = [
+        Message(role="system", content="sys"),
+        Message(role="user", content="GOAL " + words(first_words, "g")),
+    ]
+    for r in range(30):
+        if r:
+            msgs.append(Message(role="user", content=f"REQUEST{r} " + words(30, f"r{r}x")))
+        msgs += [
+            Message(role="assistant", tool_calls=(ToolCall(id=f"c{r}", name="ls", arguments="{}"),)),
+            Message(role="tool", tool_call_id=f"c{r}", content=words(400, f"t{r}y")),
+            Message(role="assistant", content=f"done {r}"),
+        ]
+    requests: list[SummaryRequest] = []
+
+    class Recording:
+        calls_model = True
+
+        def summarize(self, request: SummaryRequest) -> str:
+            requests.append(request)
+            return "Summary text."
+
+    s = Summarize(max_input_tokens=2_000, max_input_chunks=1, cooldown_steps=0)
+    pipes = {
+        level: Tiered(tiers=(s, HardTruncate()))
+        for level in (Level.NORMAL, Level.AGGRESSIVE, Level.EMERGENCY)
+    }
+    engine = ContextEngine(
+        window=6_000,
+        reserve=0,
+        counter=WordCounter(),
+        summarizer=Recording(),
+        pipelines=pipes,
+        truncator=None,
+    )
+    return engine, msgs, requests
+
+
+def test_the_kept_goal_shown_to_the_summarizer_is_the_first_request_within_the_read_bound() -> None:
+    # The goal shown beside the span was not counted against the bound: one summary took three model calls
+    # where max_input_chunks=1 allows one (two parts and a merge).
+    engine, msgs, requests = _bounded_engine(200)
+    engine.prepare(msgs)
+    assert len(requests) == 1
+    assert requests[0].messages[0].text.startswith("GOAL ")
+    # A first request too long to keep verbatim is read with the others, first; a later request kept
+    # verbatim was shown ahead of it as if it were the goal.
+    engine, msgs, requests = _bounded_engine(3_000)
+    engine.prepare(msgs)
+    users = [m.text.split()[0] for m in requests[0].messages if m.role == "user"]
+    assert users[0] == "GOAL" and users == sorted(users, key=lambda w: -1 if w == "GOAL" else int(w[7:]))

@@ -103,6 +103,8 @@ class _Call:
     recallable: bool
     forced: int | None = None
     """`must_fit` on messages already within the target: the tokens to compact them to (`ContextEngine._forced`)."""
+    on_demand: bool = False
+    """`must_fit` (and what calls it: `Session.compact`): compaction was asked for, so it must make progress."""
     newest: frozenset[str] = frozenset()
     """With ``forced``: the ids of the newest step, which compacting on demand never takes."""
     correction: float = 1.0
@@ -714,7 +716,7 @@ class ContextEngine:
             return counted
         if not cuts or free <= 0 or counted.estimated:
             return counted
-        from .truncation import truncate_message
+        from .truncation import output_text, truncate_message
 
         by_id = {m.id: m for m in messages}
         pairs = [(a, by_id[a.message_ids[0]]) for a in cuts if a.message_ids[0] in by_id]
@@ -731,9 +733,8 @@ class ContextEngine:
         # The highest limit at which they take at most what they take now plus the room: by tokens,
         # lines or bytes, whichever cut them (`_sized` scales all three), up to where none is cut.
         lo = truncator.max_tokens
-        hi = max(
-            max(a.tokens_before, 4 * (m.text.count("\n") + 1), len(m.text.encode()) // 8) for a, m in pairs
-        )
+        texts = [(a, output_text(m)) for a, m in pairs]  # a text file's lines are what was cut, too
+        hi = max(max(a.tokens_before, 4 * (t.count("\n") + 1), len(t.encode()) // 8) for a, t in texts)
         while lo < hi:  # O(log) probes, each cutting only these outputs
             mid = (lo + hi + 1) // 2
             if size(mid) <= taken:
@@ -847,6 +848,7 @@ class ContextEngine:
             recallable=recallable,
             forced=forced,
             newest=newest,
+            on_demand=minimum > Level.NONE,
             correction=correction,
             artifacts=artifacts,
         )
@@ -1150,6 +1152,10 @@ class ContextEngine:
                 "the soft limit keeps (never the newest step)"
             )
             return call.forced, call.forced
+        if call.on_demand:
+            # Asked for (a provider refused the prompt as too long): nothing stays past the target, not
+            # even the newest step, else a conversation of the task and one large step came back unchanged.
+            return target, target
         return target, room
 
     def _notes(self, call: _Call) -> list[str]:

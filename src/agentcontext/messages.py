@@ -241,16 +241,22 @@ def attachment_note(part: ImagePart | FilePart) -> str:
 
 
 def with_attachments_noted(m: Message) -> Message:
-    """``m`` as a summarizer is shown it: its images and files replaced by notes naming them (`attachment_note`).
+    """``m`` as a summarizer is shown it: its images and files replaced by notes naming them (`attachment_note`),
+    a text file's note followed by its text.
 
     A summarizer reads text. What it is given is also what its input is measured in: a 90-page PDF is one
-    line to it, not the 270,000 tokens the provider bills for it.
+    line to it, not the 270,000 tokens the provider bills for it; a log returned as a file is its lines.
     """
     if not isinstance(m.content, tuple) or not m.attachments:
         return m
-    return m.evolve(
-        content=tuple(p if isinstance(p, TextPart) else TextPart(text=attachment_note(p)) for p in m.content)
-    )
+    return m.evolve(content=tuple(_noted(p) for p in m.content))
+
+
+def _noted(part: ContentPart) -> TextPart:
+    if isinstance(part, TextPart):
+        return part
+    text = part.text if isinstance(part, FilePart) else None
+    return TextPart(text=attachment_note(part) if text is None else f"{attachment_note(part)}\n{text}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

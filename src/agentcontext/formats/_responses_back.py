@@ -17,7 +17,7 @@ from typing import TypeAlias, cast
 from ..exceptions import InvalidMessageError
 from ..invariants import LAYOUT_KEY, ensure_valid
 from ..messages import ContentPart, FilePart, ImagePart, JSONValue, Message, TextPart, ToolCall
-from ._common import OPENAI_FILE_ID_URL, fail
+from ._common import OPENAI_FILE_ID_URL, at, fail
 
 __all__ = [
     "CALL_FIELD",
@@ -77,13 +77,13 @@ def checked(messages: Iterable[Message], validate: bool) -> tuple[list[Message],
 
 
 def items_of(m: Message, index: int, plan: _Plan) -> list[ResponseItem]:
-    return _rewritten(m, plan) if index in plan.plain else _refilled(m, index)
+    return _placed(m, index, plan) if index in plan.plain else _refilled(m, index)
 
 
 def fragment(m: Message, index: int, plan: _Plan, cache: MutableMapping[str, str]) -> str:
     """The JSON text of a message's items without the brackets, from ``cache`` when it is unchanged."""
     if index in plan.plain:
-        return json.dumps(_rewritten(m, plan), ensure_ascii=False)[1:-1]
+        return json.dumps(_placed(m, index, plan), ensure_ascii=False)[1:-1]
     text = cache.get(m.id)
     if text is None:
         text = cache[m.id] = json.dumps(_refilled(m, index), ensure_ascii=False)[1:-1]
@@ -319,6 +319,16 @@ def _set(value: JSONValue, path: JSONPath, new: JSONValue) -> JSONValue:
 # ------------------------------------------------------------------ changed messages: their fields
 
 
+def _placed(m: Message, index: int, plan: _Plan) -> list[ResponseItem]:
+    """`_rewritten`, its errors naming the message."""
+    try:
+        return _rewritten(m, plan)
+    except InvalidMessageError as e:
+        if e.index is not None:
+            raise
+        raise at(e, index=index) from None
+
+
 def _rewritten(m: Message, plan: _Plan) -> list[ResponseItem]:
     if m.role == "assistant":
         return _assistant_out(m, plan)
@@ -408,8 +418,14 @@ def _file_out(part: FilePart) -> JSONValue:
         file: dict[str, JSONValue] = {"type": "input_file", "file_id": url[len(FILE_ID_URL) :]}
     elif url.startswith("data:"):
         file = {"type": "input_file", "file_data": url}
-    else:
+    elif url.startswith(("http://", "https://")):
         file = {"type": "input_file", "file_url": url}
+    else:
+        fail(
+            f"the Responses API takes a file as data, a URL or an OpenAI file id, not {url[:60]!r}",
+            index=None,
+            field="content",
+        )
     if part.name is not None:
         file["filename"] = part.name
     return file

@@ -53,6 +53,7 @@ ids or `Message.metadata`.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeAlias, cast
@@ -303,6 +304,8 @@ _INNER_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 # input_audio names its format; a FilePart carries the media type.
 _AUDIO_TYPES: Mapping[str, str] = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+_FOREIGN_ID = re.compile(r"[a-z][a-z0-9-]*-file-id:")
+"""A file another provider holds (``anthropic-file-id:...``, Pydantic AI's ``google-gla-file-id:...``)."""
 _AUDIO_FORMATS: Mapping[str, str] = {
     "audio/wav": "wav",
     "audio/x-wav": "wav",
@@ -630,7 +633,7 @@ def _content_out(m: Message, index: int | None) -> JSONValue:
                 field=f"content[{j}]",
             )
         if isinstance(part, FilePart):
-            parts.append(_file_part_out(part))
+            parts.append(_file_part_out(part, index, f"content[{j}]"))
             continue
         image: dict[str, JSONValue] = {"url": part.url}
         if part.detail is not None:
@@ -639,7 +642,7 @@ def _content_out(m: Message, index: int | None) -> JSONValue:
     return parts
 
 
-def _file_part_out(part: FilePart) -> JSONValue:
+def _file_part_out(part: FilePart, index: int | None, field: str) -> JSONValue:
     """An ``input_audio`` part for WAV or MP3 in a base64 ``data:`` URL without a name, else a ``file`` part.
 
     ``input_audio`` takes those two formats only; any other audio (Ogg, WebM: what LiteLLM sends Gemini)
@@ -649,11 +652,17 @@ def _file_part_out(part: FilePart) -> JSONValue:
     if media in _AUDIO_FORMATS and part.name is None and url.startswith("data:") and ";base64," in url:
         audio = _AUDIO_FORMATS[media]
         return {"type": "input_audio", "input_audio": {"data": url.split(",", 1)[1], "format": audio}}
-    file: dict[str, JSONValue] = (
-        {"file_id": url[len(OPENAI_FILE_ID_URL) :]}
-        if url.startswith(OPENAI_FILE_ID_URL)
-        else {"file_data": url}
-    )
+    if url.startswith(OPENAI_FILE_ID_URL):
+        file: dict[str, JSONValue] = {"file_id": url[len(OPENAI_FILE_ID_URL) :]}
+    elif _FOREIGN_ID.match(url):
+        fail(
+            f"OpenAI takes a file as its data or an OpenAI file id, not as another provider's file "
+            f"({url[:60]!r}); send its bytes as a data: URL",
+            index=index,
+            field=field,
+        )
+    else:
+        file = {"file_data": url}  # a data: URL, or what a client sent there (base64, a gateway's URL)
     if part.name is not None:
         file["filename"] = part.name
     return {"type": "file", "file": file}

@@ -269,15 +269,18 @@ class ModelInputFilter:
         ``transfer_to_...`` tool) and its structured output's schema; the same dicts while they say the
         same. A run with ten handoffs went over the window: they were not counted; so were MCP tools."""
         agent = data.agent
-        try:
-            # The filter is given the run's context, not its wrapper: a wrapper of it is what the SDK's
-            # tool filters and is_enabled callables read.
-            listed = await agent.get_all_tools(RunContextWrapper(context=data.context))
-        except Exception as exc:  # the SDK listed them a moment ago for this call; count what is known
-            _log.warning(
-                "agentcontext: could not list the agent's tools (%s); counting its function tools", exc
-            )
-            listed = [t for t in getattr(agent, "tools", ()) if getattr(t, "is_enabled", True) is not False]
+        static = [t for t in getattr(agent, "tools", ()) if getattr(t, "is_enabled", True) is not False]
+        listed: list[Any] = static
+        if getattr(agent, "mcp_servers", None) or any(
+            callable(getattr(t, "is_enabled", None)) for t in static
+        ):
+            # Listed as the SDK lists them for this call (a second listing: an MCP server without
+            # cache_tools_list=True is asked again). The filter is given the run's context, not its wrapper:
+            # a wrapper of it is what the SDK's tool filters and is_enabled callables read.
+            try:
+                listed = await agent.get_all_tools(RunContextWrapper(context=data.context))
+            except Exception as exc:  # the SDK listed them a moment ago for this call; count what is known
+                _log.warning("agentcontext: could not list the agent's tools (%s); counting its own", exc)
         tools = tuple(t for t in listed if isinstance(t, FunctionTool))
         handoffs = tuple(getattr(agent, "handoffs", ()))
         output = getattr(agent, "output_type", None)

@@ -11,6 +11,7 @@ from ..compaction import Action, ActionKind, MessageKind, is_observation, marker
 from ..exceptions import ConfigError
 from ..messages import JSONValue, Message, ToolCall, attachment_note, tool_call_index, tool_name_for
 from ..summarizers._commands import cut, failed, outcome, test_summary
+from ..truncation import output_text
 from ._base import CompactionContext, CompactionResult, PureStrategy, newest_call
 
 __all__ = ["MaskObservations", "ShortenArguments", "masked_placeholder"]
@@ -175,7 +176,7 @@ class MaskObservations(PureStrategy):
             tool = tool_name_for(m, calls) if m.role == "tool" else "the command"
             if tool in self.protected_tools or counts[i] <= self.min_tokens:
                 continue
-            text = m.text
+            text = output_text(m)  # how it ended may be in a log it returned as a file
             ref = _recall_ref(m)
             issued = calls.get(m.tool_call_id or "") if m.role == "tool" else None
             call = issued[1] if issued is not None else None

@@ -552,17 +552,25 @@ class Summarize:
         # user's own requests there are read still, cut to a preview (the goal of a long history never
         # compacted is its first message), as many as an eighth of the bound holds, oldest first.
         cap = max(limit // 8, 64)  # what one of those requests, or a kept one shown beside, is cut to
-        # Bounded by what the summarizer reads: a file is a label to it, not the pages the provider bills.
+        # Bounded by what the summarizer reads: a file is a note to it, not the pages the provider bills.
         reads = [
             ctx.count(with_attachments_noted(ctx.original(m))) if ctx.original(m).attachments else counts[i]
             for i, m in enumerate(msgs)
         ]
-        start = _span_start(msgs, reads, plan, span_limit, previous)
+        first = len(plan.head)
+        # The user's first request, kept word for word: when the span starts after it, it is shown too
+        # (marked so), else the first request the summarizer reads would pass for the goal. Its room comes
+        # out of the bound, as the asks' does.
+        goal = next((i for i in range(first, len(msgs)) if is_user_request(msgs[i])), None)
+        reserved = min(reads[goal], cap) if goal is not None and goal in plan.ledger else 0
+        start = _span_start(msgs, reads, plan, span_limit - reserved, previous)
         asks = _asks(msgs, reads, plan, start, previous, span_limit // 8, cap)
         if asks:  # the span gives them their room, so what is read stays within the bound
             room = sum(min(reads[i], cap) for i in asks)
-            start = _span_start(msgs, reads, plan, span_limit - room, previous)
+            start = _span_start(msgs, reads, plan, span_limit - reserved - room, previous)
             asks = _asks(msgs, reads, plan, start, previous, room, cap)
+        if goal is None or goal not in plan.ledger or goal >= max(start, first):
+            goal = None  # summarized with the rest, read in the span, or not there at all
         read = set(asks)
         dropped = tuple(
             i
@@ -580,16 +588,13 @@ class Summarize:
         # (it stays whole in the context), so that an agent's long task statement does not push
         # the span over the summarizer's input limit and into several chunked calls.
         # A tool output masked earlier in this call is shown whole: the summary is what keeps its errors.
-        # The user's first request, kept word for word before the span, is shown too (marked so): else the
-        # first request the summarizer reads would pass for the goal.
-        first = len(plan.head)
-        goal = next((i for i in plan.ledger if i < max(start, first) and is_user_request(msgs[i])), None)
-        noted = with_attachments_noted  # what a summarizer reads of an image or a file: a note naming it
+        # Images and files go as they are (their ids are what recall finds); summarizers read a note of
+        # each (`with_attachments_noted`), and requests are measured so.
         items = [
             *([_verbatim_view(msgs[goal], ctx, cap)] if goal is not None else []),
-            *(_shrink(noted(ctx.original(msgs[i])), cap, ctx) for i in asks),
+            *(_shrink(ctx.original(msgs[i]), cap, ctx) for i in asks),
             *(
-                _verbatim_view(m, ctx, cap) if m.id in ledger_ids else noted(ctx.original(m))
+                _verbatim_view(m, ctx, cap) if m.id in ledger_ids else ctx.original(m)
                 for m in msgs[max(start, first) : plan.start]
                 if m is not previous and kind_of(m) is not MessageKind.SUMMARY_ACK
             ),
@@ -604,7 +609,8 @@ class Summarize:
             if age is None and not ctx.offline_summaries
             else []
         )
-        expected = _identifiers([ctx.original(msgs[i]) for i in covered])  # not the placeholders' "9 lines"
+        # Not the placeholders' "9 lines"; a text file's identifiers are expected like its message's.
+        expected = _identifiers([with_attachments_noted(ctx.original(msgs[i])) for i in covered])
         result = self._assemble(
             msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age, asked
         )
@@ -705,7 +711,7 @@ class Summarize:
             return (
                 yield from _answer(
                     SummaryRequest(
-                        messages=tuple(items),
+                        messages=_as_read(items),
                         previous_summary=prev_text,
                         current_request=current,
                         max_tokens=room,
@@ -869,12 +875,12 @@ class Summarize:
     ) -> Generator[SummaryRequest, str, str]:
         """One request when ``items`` fit ``limit``; else summarize chunks, then the chunk summaries."""
         prev_tokens = ctx.counter.count_text(previous) if previous else 0
-        counts = [ctx.count(m) for m in items]
+        counts = [ctx.count(with_attachments_noted(m)) for m in items]  # as summarizers read them
         if sum(counts) + prev_tokens <= limit:
             return (
                 yield from _answer(
                     SummaryRequest(
-                        messages=tuple(items),
+                        messages=_as_read(items),
                         previous_summary=previous,
                         current_request=current,
                         instructions=instructions,
@@ -896,7 +902,7 @@ class Summarize:
             note = f"This is part {k + 1} of {len(chunks)} of the history; summarize this part only."
             text = yield from _answer(
                 SummaryRequest(
-                    messages=tuple(chunk),
+                    messages=_as_read(chunk),
                     current_request=current,
                     instructions=note + (f"\n{instructions}" if instructions else ""),
                     max_tokens=chunk_max,
@@ -1239,10 +1245,16 @@ def _chunks(
     return chunks
 
 
+def _as_read(items: Sequence[Message]) -> tuple[Message, ...]:
+    """What a summarizer is given: the messages with their images and files as notes (`with_attachments_noted`)."""
+    return tuple(with_attachments_noted(m) for m in items)
+
+
 def _shrink(m: Message, limit: int, ctx: CompactionContext) -> Message:
-    """A copy of ``m`` cut to about ``limit`` tokens, for the summarizer's eyes only."""
+    """A copy of ``m`` cut to about ``limit`` tokens, for the summarizer's eyes only (its files as notes, cut with
+    its text; the cut names ``m`` itself, which recall finds)."""
     text_budget = max(limit // 2 if m.tool_calls else limit - 64, 32)
-    content: str | None = m.text
+    content: str | None = with_attachments_noted(m).text
     if content and ctx.counter.count_text(content) > text_budget:
         content = shorten_text(content, counter=ctx.counter, max_tokens=text_budget, ref=f"message:{m.id}")
     calls = m.tool_calls
