@@ -124,6 +124,8 @@ _PLAN_FAILURES = frozenset(
 )
 _INNER = re.compile(re.escape(_OPEN) + r"\n?(.*?)\n?" + re.escape(_CLOSE), re.S)
 _MAX_LISTED = 50
+_GOAL_PREVIEW = 64
+"""Tokens of the kept goal shown beside a span that starts after it (`Summarize._run`)."""
 
 
 def summary_text(message: Message) -> str:
@@ -562,7 +564,9 @@ class Summarize:
         # (marked so), else the first request the summarizer reads would pass for the goal. Its room comes
         # out of the bound, as the asks' does.
         goal = next((i for i in range(first, len(msgs)) if is_user_request(msgs[i])), None)
-        reserved = min(reads[goal], cap) if goal is not None and goal in plan.ledger else 0
+        # A preview marks it (the summarizer is not to restate it): its words stand after the summary.
+        glance = min(cap, _GOAL_PREVIEW)
+        reserved = min(reads[goal], glance) if goal is not None and goal in plan.ledger else 0
         start = _span_start(msgs, reads, plan, span_limit - reserved, previous)
         asks = _asks(msgs, reads, plan, start, previous, span_limit // 8, cap)
         if asks:  # the span gives them their room, so what is read stays within the bound
@@ -591,7 +595,7 @@ class Summarize:
         # Images and files go as they are (their ids are what recall finds); summarizers read a note of
         # each (`with_attachments_noted`), and requests are measured so.
         items = [
-            *([_verbatim_view(msgs[goal], ctx, cap)] if goal is not None else []),
+            *([_verbatim_view(msgs[goal], ctx, glance)] if goal is not None else []),
             *(_shrink(ctx.original(msgs[i]), cap, ctx) for i in asks),
             *(
                 _verbatim_view(m, ctx, cap) if m.id in ledger_ids else ctx.original(m)
