@@ -565,16 +565,20 @@ class Summarize:
         # out of the bound, as the asks' does.
         goal = next((i for i in range(first, len(msgs)) if is_user_request(msgs[i])), None)
         # A preview marks it (the summarizer is not to restate it): its words stand after the summary.
-        glance = min(cap, _GOAL_PREVIEW)
-        reserved = min(reads[goal], glance) if goal is not None and goal in plan.ledger else 0
-        start = _span_start(msgs, reads, plan, span_limit - reserved, previous)
+        shown = (
+            _verbatim_view(msgs[goal], ctx, min(cap, _GOAL_PREVIEW))
+            if goal is not None and goal in plan.ledger
+            else None
+        )
+        reserved = ctx.count(shown) if shown is not None else 0
+        start = _span_start(msgs, reads, plan, span_limit - reserved, previous, cap)
         asks = _asks(msgs, reads, plan, start, previous, span_limit // 8, cap)
         if asks:  # the span gives them their room, so what is read stays within the bound
             room = sum(min(reads[i], cap) for i in asks)
-            start = _span_start(msgs, reads, plan, span_limit - reserved - room, previous)
+            start = _span_start(msgs, reads, plan, span_limit - reserved - room, previous, cap)
             asks = _asks(msgs, reads, plan, start, previous, room, cap)
-        if goal is None or goal not in plan.ledger or goal >= max(start, first):
-            goal = None  # summarized with the rest, read in the span, or not there at all
+        if goal is None or goal >= max(start, first):
+            shown = None  # read in the span, or not there at all (not kept: summarized with the rest)
         read = set(asks)
         dropped = tuple(
             i
@@ -595,7 +599,7 @@ class Summarize:
         # Images and files go as they are (their ids are what recall finds); summarizers read a note of
         # each (`with_attachments_noted`), and requests are measured so.
         items = [
-            *([_verbatim_view(msgs[goal], ctx, glance)] if goal is not None else []),
+            *([shown] if shown is not None else []),
             *(_shrink(ctx.original(msgs[i]), cap, ctx) for i in asks),
             *(
                 _verbatim_view(m, ctx, cap) if m.id in ledger_ids else ctx.original(m)
@@ -1182,7 +1186,12 @@ def _asks(
 
 
 def _span_start(
-    msgs: Sequence[Message], counts: Sequence[int], plan: SummaryPlan, limit: int, previous: Message | None
+    msgs: Sequence[Message],
+    counts: Sequence[int],
+    plan: SummaryPlan,
+    limit: int,
+    previous: Message | None,
+    cap: int,
 ) -> int:
     """Where the part to summarize starts: the head, or later when the evicted messages exceed ``limit`` tokens.
 
@@ -1193,13 +1202,17 @@ def _span_start(
     h = len(plan.head)
     used = 0
     boundary = h
-    for i in reversed(plan.evicted):
+    # The user's kept messages in the span are shown too, cut to ``cap`` (`_verbatim_view`).
+    shown = sorted({*plan.evicted, *(i for i in plan.ledger if i >= h)}, reverse=True)
+    kept = set(plan.ledger)
+    for i in shown:
         if msgs[i] is previous:
             continue
-        if used and used + counts[i] > limit:  # the newest one is always read (cut to fit if need be)
+        cost = min(counts[i], cap) if i in kept else counts[i]
+        if used and used + cost > limit:  # the newest one is always read (cut to fit if need be)
             boundary = i + 1
             break
-        used += counts[i]
+        used += cost
     if boundary == h:
         return h
     points = safe_split_points(msgs)
