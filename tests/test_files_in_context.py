@@ -227,3 +227,24 @@ def test_a_result_with_an_image_cut_for_a_summarizer_names_a_message_recall_find
     assert refs
     for ref in refs:
         assert session.recall(ref)  # raises RecallError for a reference to no message
+
+
+def test_a_file_sent_on_its_own_before_the_question_about_it_is_kept_with_the_question() -> None:
+    # Chat clients send an attachment as a message of its own, then the question: under emergency the file
+    # was summarized to a note though the budget held it, and the question was about a file no longer there.
+    msgs = [Message(role="system", content="sys")]
+    for i in range(30):
+        msgs += [
+            Message(role="user", content=f"question {i} " + "blah " * 300),
+            Message(role="assistant", content=f"answer {i} " + "bleh " * 300),
+        ]
+    contract = FilePart(url=pdf(4), name="contract.pdf")
+    msgs += [
+        Message(role="user", content=(contract,)),
+        Message(role="user", content="Summarize the attached contract."),
+    ]
+    engine = ac.ContextEngine(model="gpt-4o", window=40_000)
+    prepared = engine.prepare(msgs)
+    assert prepared.report.tokens_after <= engine.budget
+    assert [m.files for m in prepared.messages][-2] == (contract,)
+    assert prepared.messages[-1].text == "Summarize the attached contract."

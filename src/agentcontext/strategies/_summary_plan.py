@@ -345,6 +345,13 @@ def _candidates(
     step = newest_call(msgs)
     if step is not None and step != newest and step in points:
         newest = step
+    elif step is None and newest is not None:
+        # The user's newest turn is every message they sent since the model last spoke: a file sent on its
+        # own, then the question about it (chat clients send them so), is read with the question.
+        turn = newest
+        while turn - 1 > h and is_user_request(msgs[turn - 1]) and turn - 1 in points:
+            turn -= 1
+        newest = turn
     if strategy.keep_rounds is None and newest is not None and all(p > newest for p in preferred):
         # The newest step alone is over the share (a large tool output): it is what the agent reads
         # next, so it is tried first, rather than a split at the very end summarizing the result of
