@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Collection, Iterable, Mapping
 from typing import NoReturn
 
@@ -13,10 +14,12 @@ __all__ = [
     "ANTHROPIC_FILE_ID_URL",
     "OPENAI_FILE_ID_URL",
     "at",
+    "audio_media_type",
     "canonical_json",
     "fail",
     "json_value",
     "only_keys",
+    "text_data_url",
     "type_name",
 ]
 
@@ -131,3 +134,23 @@ def _plain(value: object) -> object:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"not JSON data: {type(value).__name__}")
+
+
+def audio_media_type(audio_format: str) -> str:
+    """The media type of audio an OpenAI ``input_audio`` part names by format (``mp3`` is ``audio/mpeg``)."""
+    return {"wav": "audio/wav", "mp3": "audio/mpeg"}.get(audio_format, f"audio/{audio_format}")
+
+
+def text_data_url(text: str, media_type: str | None) -> str:
+    """A plain (not base64) ``data:`` URL holding ``text``, as an Anthropic text document stands.
+
+    Raises:
+        InvalidMessageError: ``text`` holds a lone UTF-16 surrogate (no index: the caller places it).
+    """
+    try:
+        return f"data:{media_type or 'text/plain'},{urllib.parse.quote(text, safe='')}"
+    except UnicodeEncodeError:
+        raise InvalidMessageError(
+            "a text document holds a lone UTF-16 surrogate, which no provider accepts; decode your input "
+            "with errors='replace' or fix its source"
+        ) from None

@@ -89,6 +89,7 @@ from ._common import (
     fail,
     json_value,
     only_keys,
+    text_data_url,
     text_part_in,
     type_name,
 )
@@ -759,14 +760,9 @@ def _document_in(block: Mapping[str, object], index: int, field: str) -> FilePar
         url = f"data:{values[0]};base64,{value}"
     elif kind == "text":
         try:
-            url = f"data:{values[0]},{urllib.parse.quote(value, safe='')}"
-        except UnicodeEncodeError:
-            fail(
-                "a text document holds a lone UTF-16 surrogate, which no provider accepts; decode your "
-                "input with errors='replace' or fix its source",
-                index=index,
-                field=f"{where}.data",
-            )
+            url = text_data_url(value, values[0])
+        except InvalidMessageError as e:
+            raise at(e, index=index, field=f"{where}.data") from None
     else:
         url = ANTHROPIC_FILE_ID_URL + value if kind == "file" else value
     try:

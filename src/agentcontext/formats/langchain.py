@@ -65,7 +65,6 @@ import base64
 import hashlib
 import json
 import mimetypes
-import urllib.parse
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -84,7 +83,17 @@ from ..messages import (
     derive_id,
     new_id,
 )
-from ._common import at, canonical_json, fail, json_value, type_name
+from ._common import (
+    ANTHROPIC_FILE_ID_URL,
+    OPENAI_FILE_ID_URL,
+    at,
+    audio_media_type,
+    canonical_json,
+    fail,
+    json_value,
+    text_data_url,
+    type_name,
+)
 
 try:
     from langchain_core.messages import (
@@ -473,9 +482,10 @@ def _openai_file(kind: str, inner: Mapping[str, JSONValue]) -> FilePart | None:
         data, audio = inner.get("data"), inner.get("format")
         if not isinstance(data, str):
             return None
-        return _file(f"data:audio/{'mpeg' if audio == 'mp3' else audio};base64,{data}", None, None)
+        media = audio_media_type(audio) if isinstance(audio, str) else "audio/wav"
+        return _file(f"data:{media};base64,{data}", None, None)
     data, file_id = inner.get("file_data"), inner.get("file_id")
-    url = data if isinstance(data, str) else f"openai-file-id:{file_id}" if file_id else None
+    url = data if isinstance(data, str) else f"{OPENAI_FILE_ID_URL}{file_id}" if file_id else None
     return _file(url, None, inner.get("filename"))
 
 
@@ -486,7 +496,7 @@ def _responses_file(block: Mapping[str, JSONValue]) -> FilePart | None:
         data = f"data:{media or 'application/octet-stream'};base64,{data}"
     file_id = block.get("file_id")
     return _file(
-        data or block.get("file_url") or (f"openai-file-id:{file_id}" if file_id else None), None, name
+        data or block.get("file_url") or (f"{OPENAI_FILE_ID_URL}{file_id}" if file_id else None), None, name
     )
 
 
@@ -498,9 +508,9 @@ def _anthropic_file(block: Mapping[str, JSONValue]) -> FilePart | None:
     if kind == "base64":
         return _file(f"data:{media};base64,{data}", None, title)
     if kind == "text" and isinstance(data, str):
-        return _file(f"data:{media or 'text/plain'},{_quoted(data)}", None, title)
+        return _file(text_data_url(data, media if isinstance(media, str) else None), None, title)
     if kind == "file" and source.get("file_id"):
-        return _file(f"anthropic-file-id:{source['file_id']}", None, title)
+        return _file(f"{ANTHROPIC_FILE_ID_URL}{source['file_id']}", None, title)
     return _file(source.get("url"), None, title)
 
 
@@ -519,16 +529,6 @@ def _langchain_file(block: Mapping[str, JSONValue], default_type: str | None) ->
         block.get("file_id") if source_type is None else block.get("id") if source_type == "id" else None
     )
     return _file(block.get("url") or (f"file-id:{file_id}" if file_id else None), media, name)
-
-
-def _quoted(text: str) -> str:
-    try:
-        return urllib.parse.quote(text, safe="")
-    except UnicodeEncodeError:
-        raise InvalidMessageError(
-            "a text document holds a lone UTF-16 surrogate, which no provider accepts; decode your input "
-            "with errors='replace' or fix its source"
-        ) from None
 
 
 def _file(url: JSONValue, media_type: JSONValue, name: JSONValue) -> FilePart | None:
@@ -871,7 +871,7 @@ def _file_block(part: FilePart) -> dict[str, Any]:
         block["base64"] = url.split(",", 1)[1]
     elif url.startswith("data:"):  # LangChain's converters take data as base64, never as a data: URL
         block["base64"] = base64.b64encode(part.data or b"").decode()
-    elif url.startswith(("openai-file-id:", "anthropic-file-id:", "file-id:")):
+    elif url.startswith((OPENAI_FILE_ID_URL, ANTHROPIC_FILE_ID_URL, "file-id:")):
         block["file_id"] = url.split(":", 1)[1]
     else:
         block["url"] = url

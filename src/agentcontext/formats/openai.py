@@ -76,6 +76,7 @@ from ..messages import (
 from ._common import (
     OPENAI_FILE_ID_URL,
     at,
+    audio_media_type,
     canonical_json,
     fail,
     json_value,
@@ -302,8 +303,6 @@ _INNER_KEYS: Mapping[str, tuple[str, ...]] = {
     "file": ("file_data", "file_id", "filename"),
     "input_audio": ("data", "format"),
 }
-# input_audio names its format; a FilePart carries the media type.
-_AUDIO_TYPES: Mapping[str, str] = {"wav": "audio/wav", "mp3": "audio/mpeg"}
 _FOREIGN_ID = re.compile(r"[a-z][a-z0-9-]*-file-id:")
 """A file another provider holds (``anthropic-file-id:...``, Pydantic AI's ``google-gla-file-id:...``)."""
 _AUDIO_FORMATS: Mapping[str, str] = {
@@ -413,7 +412,7 @@ def _file_part_in(part: Mapping[str, object], kind: str, index: int | None, fiel
                 index=index,
                 field=f"{field}.input_audio",
             )
-        media = _AUDIO_TYPES.get(audio, f"audio/{audio}")
+        media = audio_media_type(audio)
         url, name = f"data:{media};base64,{data}", None
     else:
         data, file_id, filename = body.get("file_data"), body.get("file_id"), body.get("filename")

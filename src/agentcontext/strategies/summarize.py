@@ -556,7 +556,7 @@ class Summarize:
         cap = max(limit // 8, 64)  # what one of those requests, or a kept one shown beside, is cut to
         # Bounded by what the summarizer reads: a file is a note to it, not the pages the provider bills.
         reads = [
-            ctx.count(with_attachments_noted(ctx.original(m))) if ctx.original(m).attachments else counts[i]
+            ctx.count(with_attachments_noted(o)) if (o := ctx.original(m)).attachments else counts[i]
             for i, m in enumerate(msgs)
         ]
         first = len(plan.head)
@@ -883,12 +883,13 @@ class Summarize:
     ) -> Generator[SummaryRequest, str, str]:
         """One request when ``items`` fit ``limit``; else summarize chunks, then the chunk summaries."""
         prev_tokens = ctx.counter.count_text(previous) if previous else 0
-        counts = [ctx.count(with_attachments_noted(m)) for m in items]  # as summarizers read them
+        seen = _as_read(items)
+        counts = [ctx.count(m) for m in seen]  # as summarizers read them
         if sum(counts) + prev_tokens <= limit:
             return (
                 yield from _answer(
                     SummaryRequest(
-                        messages=_as_read(items),
+                        messages=seen,
                         previous_summary=previous,
                         current_request=current,
                         instructions=instructions,
