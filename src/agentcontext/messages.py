@@ -151,10 +151,8 @@ class ImagePart:
     @property
     def media_type(self) -> str | None:
         """The media type of a ``data:`` URL (``image/png``...), else None."""
-        if self.url.startswith("data:"):
-            head = self.url[5:].split(",", 1)[0]
-            return head.split(";", 1)[0] or None
-        return None
+        parsed = _data_url(self.url)
+        return parsed[0].split(";", 1)[0] or None if parsed is not None else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,9 +177,9 @@ class FilePart:
 
     def __post_init__(self) -> None:
         _check_text(self.url, what="file url")
-        if self.media_type is None and self.url.startswith("data:"):
-            head = self.url[5:].split(",", 1)[0].split(";", 1)[0]
-            object.__setattr__(self, "media_type", head or None)
+        parsed = _data_url(self.url)
+        if self.media_type is None and parsed is not None:
+            object.__setattr__(self, "media_type", parsed[0].split(";", 1)[0] or None)
         if self.media_type is not None:
             _check_text(self.media_type, what="file media type")
         if self.name is not None:
@@ -203,16 +201,15 @@ class FilePart:
         if not (media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml"))):
             return None
         data = self.data
-        return (
-            None if data is None else data.decode("utf-8", errors="replace")
-        )  # "replace" leaves no surrogate
+        return None if data is None else data.decode("utf-8", errors="replace")  # leaves no surrogate
 
     @property
     def data(self) -> bytes | None:
         """The file's bytes when they travel in a ``data:`` URL (None otherwise, or when they do not decode)."""
-        if not self.url.startswith("data:") or "," not in self.url:
+        parsed = _data_url(self.url)
+        if parsed is None:
             return None
-        head, payload = self.url[5:].split(",", 1)
+        head, payload = parsed
         if head.endswith(";base64"):
             try:
                 return base64.b64decode(payload, validate=False)
@@ -223,9 +220,10 @@ class FilePart:
     @property
     def size(self) -> int | None:
         """The size in bytes of a file in a ``data:`` URL, read without decoding it (None otherwise)."""
-        if not self.url.startswith("data:") or "," not in self.url:
+        parsed = _data_url(self.url)
+        if parsed is None:
             return None
-        head, payload = self.url[5:].split(",", 1)
+        head, payload = parsed
         if head.endswith(";base64"):
             payload = payload.rstrip()
             return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
@@ -233,6 +231,14 @@ class FilePart:
 
 
 ContentPart: TypeAlias = TextPart | ImagePart | FilePart
+
+
+def _data_url(url: str) -> tuple[str, str] | None:
+    """A ``data:`` URL's head (media type and parameters) and payload; None for any other URL."""
+    if not url.startswith("data:") or "," not in url:
+        return None
+    head, payload = url[5:].split(",", 1)
+    return head, payload
 
 
 def attachment_note(part: ImagePart | FilePart) -> str:
