@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 import agentcontext as ac
-from agentcontext import FilePart, Message, TextPart
+from agentcontext import FilePart, ImagePart, Message, TextPart
 from agentcontext.exceptions import InvalidMessageError
 from agentcontext.tokens import UNKNOWN_FILE_TOKENS, file_tokens, pdf_pages
 
@@ -149,6 +149,34 @@ def test_the_counter_counts_files_in_messages_by_its_provider_rule() -> None:
     for model, page in (("gpt-4o", 3_000), ("claude-sonnet-4-5", 3_000), ("gemini-2.5-pro", 560)):
         counter = ac.counter_for(model)
         assert counter.count_message(message) - counter.count_message(bare) == 2 * page, model
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-opus-4-7"])
+def test_an_estimated_models_files_and_images_cost_their_rule_not_the_text_estimate_ratio(model: str) -> None:
+    # An engine counting Claude by estimate multiplies its counts by the model's estimate ratio (1.2, or 1.6
+    # for Opus 4.7's tokenizer) for the text it under-counts. A PDF page or an image is billed by a rule
+    # already in Claude's tokens: the ratio must not apply to it again, or a 40-page report in a 200k window
+    # (120k tokens, which Claude accepts) is refused as 144k.
+    spec = ac.models.get(model)
+    counter = ac.counter_for(model, calibrated=True)
+    assert isinstance(counter, ac.CalibratedCounter) and counter.correction == spec.estimate_ratio > 1.0
+    doc = FilePart(url=data_url("application/pdf", pdf(40)), name="report.pdf")
+    text = "Summarize the report for the board."
+    with_doc = Message(role="user", content=(TextPart(text=text), doc))
+    bare = Message(role="user", content=(TextPart(text=text),))
+    assert counter.count_message(with_doc) - counter.count_message(bare) in range(120_000, 120_003)
+    # Text keeps the ratio; an uncalibrated counter counts the rule as it is.
+    assert counter.count_text(text) == math.ceil(ac.counter_for(model).count_text(text) * spec.estimate_ratio)
+    plain = ac.counter_for(model)
+    assert plain.count_message(with_doc) - plain.count_message(bare) == 120_000
+    shot = ImagePart(url="https://example.com/shot.png", width=1_000, height=750)  # 1,000 tokens on Claude
+    with_shot = Message(role="user", content=(TextPart(text=text), shot))
+    assert counter.count_message(with_shot) - counter.count_message(bare) in range(1_000, 1_003)
+
+    engine = ac.ContextEngine(model=model, window=200_000, reserve=20_000)
+    request = [Message(role="system", content="You review documents."), with_doc]
+    prepared = engine.prepare(request)
+    assert prepared.messages == request and not prepared.report.actions
 
 
 def test_a_file_part_checks_its_fields_and_reads_its_type() -> None:

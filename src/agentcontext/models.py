@@ -307,16 +307,20 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     from .tokens import ENCODING_NAMES, CalibratedCounter, counter_for_tokenizer
 
     # Images and files are billed by the provider's own rule (a Claude image by its pixels, a PDF page
-    # on Gemini at a fifth of its price on Claude); text framing stays OpenAI's, the best measured.
+    # on Gemini at a fifth of its price on Claude); the framing stays the tokenizer's own.
+    # A calibrated counter multiplies every count by its correction, which starts at the spec's
+    # estimate_ratio: what those rules bill is counted divided by that ratio, so it comes out as billed.
     counter = counter_for_tokenizer(spec.tokenizer)
+    calibrate = calibrated and spec.tokenizer not in ENCODING_NAMES
+    fmt = counter.chat_format  # the tokenizer's own framing (ChatML for a tokenizer.json)
     billing = _BILLING.get(spec.provider)
-    if (
-        billing is not None
-    ):  # the tokenizer's own framing (ChatML for a tokenizer.json), the provider's media rules
-        counter = counter_for_tokenizer(
-            spec.tokenizer, chat_format=dataclasses.replace(counter.chat_format, image_provider=billing)
-        )
-    if not calibrated or spec.tokenizer in ENCODING_NAMES:
+    if billing is not None:
+        fmt = dataclasses.replace(fmt, image_provider=billing)
+    if calibrate and spec.estimate_ratio != 1.0:
+        fmt = dataclasses.replace(fmt, media_ratio=spec.estimate_ratio)
+    if fmt != counter.chat_format:
+        counter = counter_for_tokenizer(spec.tokenizer, chat_format=fmt)
+    if not calibrate:
         return counter
     return CalibratedCounter(counter, min_correction=1.0, max_correction=2.0, initial=spec.estimate_ratio)
 

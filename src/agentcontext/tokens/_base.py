@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from ..exceptions import ConfigError, InvalidMessageError, UsageError
 from ..messages import ImagePart, JSONValue, Message, TextPart, carried_texts
-from ._files import file_tokens
+from ._files import file_tokens, in_units
 from ._images import ImageProvider, image_tokens
 from ._tools import render_tools
 
@@ -101,6 +101,14 @@ class ChatFormat:
     """
     image_provider: ImageProvider = "openai"
     """Whose image and file rules `image_tokens` and `file_tokens` apply: ``"openai"``, ``"anthropic"`` or ``"gemini"``."""
+    media_ratio: float = 1.0
+    """Provider tokens per token this counter counts, for what a rule bills (images, PDF pages, audio, video).
+
+    Those rules give provider tokens, while an estimate counts text in units that a `CalibratedCounter`
+    multiplies by the model's ``estimate_ratio`` (1.2 for Claude). `models.counter_for` sets this to that
+    ratio for the counter it calibrates, so a rule-billed part comes out at its rule, not 1.2 times it
+    (a 50-page PDF in a 200k Claude window fits). A text file is counted as text, in the counter's units.
+    """
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -115,6 +123,9 @@ class ChatFormat:
                 raise ConfigError(f"ChatFormat.{field_name} must be an int >= 0, got {value!r}")
         if not isinstance(self.tools_preamble, int) or self.tools_preamble < 0:
             raise ConfigError(f"ChatFormat.tools_preamble must be an int >= 0, got {self.tools_preamble!r}")
+        ratio = self.media_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1.0 <= ratio <= 2.0:
+            raise ConfigError(f"ChatFormat.media_ratio must be a number in [1, 2], got {ratio!r}")
         if self.image_provider not in ("openai", "anthropic", "gemini"):
             raise ConfigError(
                 f"ChatFormat.image_provider must be 'openai', 'anthropic' or 'gemini', got {self.image_provider!r}"
@@ -414,8 +425,9 @@ class BaseTokenCounter(ABC):
         return self.count_text(render_tools(tools)) + self._format.tools_preamble
 
     def image_tokens(self, part: ImagePart) -> int:
-        """Tokens one image costs under this counter's `ChatFormat.image_provider` rule."""
-        return image_tokens(part, provider=self._format.image_provider)
+        """Tokens one image costs under this counter's `ChatFormat.image_provider` rule, in its units."""
+        fmt = self._format
+        return in_units(image_tokens(part, provider=fmt.image_provider), fmt.media_ratio)
 
     @property
     def stats(self) -> CounterStats:
@@ -457,9 +469,11 @@ class BaseTokenCounter(ABC):
                 if isinstance(part, TextPart):
                     n += text(part.text)
                 elif isinstance(part, ImagePart):
-                    n += image_tokens(part, provider=fmt.image_provider)
+                    n += in_units(image_tokens(part, provider=fmt.image_provider), fmt.media_ratio)
                 else:
-                    n += file_tokens(part, provider=fmt.image_provider, count_text=self._count)
+                    n += file_tokens(
+                        part, provider=fmt.image_provider, count_text=self._count, media_ratio=fmt.media_ratio
+                    )
         # A tool result's name is the tool's, already paid for in the call it answers.
         if m.name is not None and m.role != "tool":
             n += text(m.name) + fmt.per_name

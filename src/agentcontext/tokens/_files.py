@@ -74,6 +74,7 @@ def file_tokens(
     *,
     provider: ImageProvider = "openai",
     count_text: Callable[[str], int] | None = None,
+    media_ratio: float = 1.0,
 ) -> int:
     """Estimate the tokens ``part`` costs with ``provider`` (the rules are in the module docstring).
 
@@ -81,6 +82,8 @@ def file_tokens(
         part: the file.
         provider: whose billing rule applies: ``"openai"`` (default), ``"anthropic"`` or ``"gemini"``.
         count_text: counts a text file's text (a counter's ``count_text``); None: a token per 3 bytes.
+        media_ratio: what the rule's provider tokens are divided by (`ChatFormat.media_ratio`, default 1);
+            a text file's text is counted by ``count_text`` as it is.
 
     >>> import base64
     >>> from agentcontext import FilePart
@@ -92,7 +95,20 @@ def file_tokens(
     """
     data = part.data
     if data is None:
-        return UNKNOWN_FILE_TOKENS
+        return in_units(UNKNOWN_FILE_TOKENS, media_ratio)
+    text = part.text
+    if text is not None:
+        return max(1, count_text(text) if count_text is not None else math.ceil(len(data) / _BYTES_PER_TOKEN))
+    return in_units(_billed(part, data, provider), media_ratio)
+
+
+def in_units(tokens: int, ratio: float) -> int:
+    """``tokens`` a provider bills, in a counter's units of ``ratio`` provider tokens each (rounded up)."""
+    return tokens if ratio == 1.0 else math.ceil(tokens / ratio - 1e-9)
+
+
+def _billed(part: FilePart, data: bytes, provider: ImageProvider) -> int:
+    """What a file that is not text costs by the provider's rule."""
     media = (part.media_type or "").lower()
     if not media or media in _GENERIC:  # untyped (an SDK's bare base64): the bytes say what it is
         media = _sniff(data) or media
@@ -101,9 +117,6 @@ def file_tokens(
         if pages is None:
             pages = max(1, math.ceil(len(data) / _BYTES_PER_PDF_PAGE))
         return pages * PDF_PAGE_TOKENS.get(provider, PDF_PAGE_TOKENS["openai"])
-    text = part.text
-    if text is not None:
-        return max(1, count_text(text) if count_text is not None else math.ceil(len(data) / _BYTES_PER_TOKEN))
     if media.startswith("audio/"):
         seconds = _audio_seconds(data)
         rate = AUDIO_TOKENS_PER_SECOND.get(provider, AUDIO_TOKENS_PER_SECOND["gemini"])
