@@ -170,7 +170,8 @@ class PrivateRedis:
     restart tests check.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
+        self.options = options  # more redis-server options, e.g. ("--maxmemory", "100mb")
         binary = shutil.which("redis-server")
         if binary is None:
             _missing("redis", "redis-server is not on PATH")
@@ -193,6 +194,7 @@ class PrivateRedis:
                 "--save", "",
                 "--appendonly", "yes",
                 "--appendfsync", "always",
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

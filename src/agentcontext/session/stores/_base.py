@@ -302,6 +302,30 @@ def check_expected_seq(
             )
 
 
+def check_tail(location: str, *, read: int, last: int, read_only: bool, limiter: WarningLimiter) -> None:
+    """The check a store that keeps its log's last seq apart from its records makes after a load.
+
+    ``read`` is the highest seq the load found (or where it started), ``last`` the seq the store says
+    was written last when the load began. Records missing at the end leave no later record to show the
+    gap (the session's replay warns of one in the middle), and an append after them could only fail as
+    a race: a writable store refuses the session, a read-only one warns and reads what is left.
+    """
+    if read >= last:
+        return
+    missing = f"seq {last} is" if read == last - 1 else f"seqs {read + 1}-{last} are"
+    what = (
+        f"{location}: the session is damaged: its log was written up to seq {last}, but {missing} "
+        "missing at its end (deleted outside agentcontext, or evicted by the server)"
+    )
+    if read_only:
+        limiter.warn(f"{what}; reading what is left")
+        return
+    raise StoreError(
+        f"{what}. Nothing was written and the session was not started over; restore the records from a "
+        "backup, or open it read-only to read what is left"
+    )
+
+
 class WarningLimiter:
     """Warn about the first ``limit`` problems individually, then once with a count.
 

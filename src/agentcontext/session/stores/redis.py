@@ -29,10 +29,12 @@ test runs can share a server::
   init`` says when the server has none. A server restarted without persistence
   comes back empty, and opening a session then fails with
   `StoreNotInitializedError` instead of silently starting over.
-- **Keys must not be evicted** (``maxmemory-policy noeviction``; ``db init`` warns
-  of an ``allkeys-*`` policy). A session that lost its records, or its meta while
-  its records or its listing remain, is refused on open and on append
-  (`StoreError`), never started over.
+- **Keys must not be evicted** (``maxmemory-policy noeviction``, or ``volatile-*``).
+  A server that may evict any key (an ``allkeys-*`` policy with a ``maxmemory``) is
+  refused for writing (`StoreError`; ``db init`` warns of it): a session that lost
+  all its keys would leave nothing to tell it from one never written. A session that
+  lost its records, its meta while its records or listing remain, or records at
+  the end of its log, is refused on open and on append, never started over.
 
 Standalone Redis (or a Sentinel-managed primary) only: the scripts touch the
 shared ``sessions`` key beside a session's own, which Redis Cluster forbids.
@@ -70,6 +72,7 @@ from ._base import (
     check_expected_seq,
     check_lease,
     check_session_id,
+    check_tail,
     read_ahead,
     retry,
     retry_append,
@@ -84,6 +87,7 @@ from ._redis import (
     _check_prefix,
     _Cmd,
     _drive,
+    _eviction_op,
     _int_seq,
     _Keys,
     _keys_lost,
@@ -100,6 +104,14 @@ from ._redis import (
 __all__ = ["KEYS_VERSION", "RedisArtifactStore", "RedisDatabase", "RedisStore"]
 
 _T = TypeVar("_T")
+
+
+def _present(seqs: list[int], bodies: list[bytes | None], read: int) -> int:
+    """The highest seq of a batch that holds a record, or ``read`` when none does."""
+    for seq, body in zip(reversed(seqs), reversed(bodies), strict=True):
+        if body is not None:
+            return seq
+    return read
 
 
 def _next_batch(last: int) -> Callable[[int, object], int | None]:
@@ -197,8 +209,11 @@ class RedisStore:
             batches = read_ahead(
                 lambda start: self._call(lambda: self._batch_op(start, last)), after + 1, _next_batch(last)
             )
+            read = after
             for seqs, bodies in batches:
+                read = _present(seqs, bodies, read)
                 yield from self._decoded(seqs, bodies, limiter)
+            check_tail(self.location, read=read, last=last, read_only=self._read_only, limiter=limiter)
         finally:
             limiter.finish(self.location)
 
@@ -278,9 +293,12 @@ class RedisStore:
             batches = aread_ahead(
                 lambda start: self._acall(lambda: self._batch_op(start, last)), after + 1, _next_batch(last)
             )
+            read = after
             async for seqs, bodies in batches:
+                read = _present(seqs, bodies, read)
                 for record in self._decoded(seqs, bodies, limiter):
                     yield record
+            check_tail(self.location, read=read, last=last, read_only=self._read_only, limiter=limiter)
         finally:
             limiter.finish(self.location)
 
@@ -324,6 +342,10 @@ class RedisStore:
     def _open_op(self, *, create: bool) -> _Op[None]:
         k = self._keys
         yield from _version_op(k, self.location.rsplit("#", 1)[0], self.prefix)
+        if not self._read_only:
+            hazard = yield from _eviction_op(self._server)
+            if hazard is not None:
+                raise StoreError(f"{hazard}. The session {self.session_id!r} was not opened for writing")
         create = create and not self._read_only
         status = yield _Script("open", (k.meta, k.records, k.sessions), (self.session_id, int(create)))
         if int(cast(int, status)) == 0:
@@ -580,17 +602,11 @@ class RedisDatabase:
             persistence = cast("dict[str, object]", client.info("persistence"))
             try:
                 saves = cast("dict[str, object]", client.config_get("save"))
-                policy = str(
-                    cast("dict[str, object]", client.config_get("maxmemory-policy")).get("maxmemory-policy")
-                )
-            except redis.ResponseError:  # CONFIG is often disabled on managed servers: no warning then
-                saves, policy = {"save": "unknown"}, "unknown"
-            if policy.startswith("allkeys"):
-                done.append(
-                    f"warning: this Redis server's maxmemory-policy is {policy}: when it is full it evicts any "
-                    "key, a session's records included; set maxmemory-policy noeviction (a session that lost "
-                    "keys is refused when opened, never started over)"
-                )
+            except redis.ResponseError:  # CONFIG is often disabled on managed servers: INFO still answers
+                saves = {"save": "unknown"}
+            hazard = _drive(client, _eviction_op(self._server))
+            if hazard is not None:
+                done.append(f"warning: {hazard}; sessions are not opened for writing until then")
             if not persistence.get("aof_enabled") and not saves.get("save"):
                 done.append(
                     "warning: this Redis server has no persistence (appendonly no, no save points): a restart "
