@@ -30,6 +30,7 @@ from agentcontext.session import (
     DMAIL_TEMPLATE,
     CorruptRecordWarning,
     MemoryStore,
+    MessageRecord,
     Session,
     SessionStore,
     SQLiteStore,
@@ -605,6 +606,43 @@ def test_compacting_again_with_nothing_new_changes_nothing() -> None:
         for _ in range(2):
             again = s.compact()
             assert not again.report.compacted and list(again.messages) == list(first.messages)
+
+
+def test_a_loop_passing_its_whole_history_at_every_step_appends_only_what_is_new() -> None:
+    # `extend` leaves out what the view holds, so a loop may pass its whole history at every step. What a
+    # compaction took out of the view (summarized, masked, cut at ingest) was appended again as new: the
+    # log held 1,348 messages for a history of 82, and every prepare re-compacted the re-appended history
+    # beside the summary that stood for it (orphaned results "repaired" at each step).
+    engine = ContextEngine(window=12_000, reserve=100, counter=WordCounter())
+    history = [
+        Message(role="system", content="You fix bugs."),
+        Message(role="user", content="Fix the parser."),
+    ]
+    with Session.from_store(MemoryStore(), engine=engine) as s:
+        compacted = 0
+        for i in range(40):
+            call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"cmd": f"pytest -k t{i}"}))
+            history.append(Message(role="assistant", content=f"Step {i}.", tool_calls=(call,)))
+            output = f"FAILED test_{i}\n" + "trace line\n" * (
+                2_000 if i % 7 == 3 else 120
+            )  # some cut at ingest
+            history.append(Message(role="tool", tool_call_id=call.id, content=output))
+            s.extend(history)
+            prepared = s.prepare()
+            compacted += prepared.report.compacted
+            assert not any(a.kind == "repaired" for a in prepared.report.actions), i
+        logged = [r.message.id for r in s.records() if isinstance(r, MessageRecord)]
+        assert sorted(logged) == sorted(m.id for m in history)  # each once
+        assert compacted >= 2 and len(s.view) < len(history)
+        s.extend(history)  # once more, after the last compaction: nothing new
+        assert len([r for r in s.records() if isinstance(r, MessageRecord)]) == len(history)
+        # A message a revert took back is appended again: the user sends it anew.
+        cp = s.checkpoint()
+        extra = Message(role="user", content="Also update the changelog.")
+        s.append(extra)
+        s.revert_to(cp)
+        s.append(extra)
+        assert [m.id for m in s.view][-1] == extra.id
 
 
 # ----------------------------------------------------------------------------- undo

@@ -13,17 +13,14 @@ both share (`Session.rewind`); both are recorded, and the log keeps everything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from ..compaction import SYNTHETIC_KINDS, MessageKind, kind_of, original_id
+from ..compaction import SYNTHETIC_KINDS, MessageKind, kind_of
 from ..exceptions import RecallError, UsageError
 from ..messages import Message
 from ..session import Session
 
 __all__ = ["Follower"]
-
-REPLACING = frozenset({"truncated", "masked", "arguments_shortened", "shortened", "repaired"})
-"""Action kinds whose replacements stand one for one for the messages they name."""
 
 _NOTES = (MessageKind.SUMMARY, MessageKind.ELISION)
 
@@ -42,8 +39,6 @@ class Follower:
     def __init__(self, session: Session, *, chained: bool) -> None:
         self.session = session
         self.chained = chained
-        self._stand_ins: tuple[int, dict[str, str]] = (0, {})
-        """(compactions read, {replacement id: id of the message it stands for})."""
 
     def follow(self, messages: Sequence[Message]) -> None:
         """Make the session's view end with the client's ``messages``: blocking (store I/O).
@@ -76,32 +71,7 @@ class Follower:
 
     def stands_for(self, message: Message) -> str:
         """The id of the client message ``message`` is (or is a masked, cut or shortened copy of)."""
-        compactions = self.session.compactions
-        read, stand_ins = self._stand_ins
-        if read != len(compactions):
-            stand_ins = dict(stand_ins)
-            for record in compactions[read:]:
-                for action in record.actions:
-                    originals, copies = action.get("message_ids"), action.get("replacement_ids")
-                    if (
-                        action.get("kind") in REPLACING
-                        and isinstance(originals, list)
-                        and isinstance(copies, list)
-                        and len(originals) == len(copies)
-                    ):
-                        stand_ins.update(
-                            (c, o)
-                            for c, o in zip(copies, originals, strict=True)
-                            if isinstance(c, str) and isinstance(o, str)
-                        )
-            self._stand_ins = (len(compactions), stand_ins)
-        mid = original_id(message)
-        for _ in range(16):  # a masked copy of a cut copy...: follow the chain back to the client's message
-            older = stand_ins.get(mid)
-            if older is None:
-                break
-            mid = older
-        return mid
+        return self.session.stands_for(message)
 
     # ------------------------------------------------------------------ helpers
 
@@ -139,7 +109,7 @@ class Follower:
                 represented.setdefault(m.id, q)
                 continue
             if kind in _NOTES:
-                covered = self._covered(m)
+                covered = self.session.covered_by(m)
                 if any(c not in ids for c in covered):
                     return q
                 represented.update((c, q) for c in covered)
@@ -165,31 +135,9 @@ class Follower:
                 return min(later) if later else None
         return None
 
-    def _covered(self, note: Message) -> list[str]:
-        """The client messages a summary or elision note stands for, through the summaries folded into it."""
-        out: list[str] = []
-        pending, seen = [note], set()
-        while pending:
-            meta = pending.pop().metadata.get("agentcontext")
-            covers = meta.get("covers") if isinstance(meta, Mapping) else None
-            for covered in covers if isinstance(covers, list) else ():
-                if not isinstance(covered, str) or covered in seen:
-                    continue
-                seen.add(covered)
-                try:
-                    m = self.session.message(covered)
-                except RecallError:
-                    out.append(covered)
-                    continue
-                if kind_of(m) in _NOTES:
-                    pending.append(m)  # an earlier summary, folded into this one
-                else:
-                    out.append(self.stands_for(m))
-        return out
-
     def _summarized(self, view: Sequence[Message], message_id: str) -> bool:
         """Whether a summary (or an elision note) in ``view`` stands for message ``message_id``."""
-        return any(message_id in self._covered(m) for m in view if kind_of(m) in _NOTES)
+        return any(message_id in self.session.covered_by(m) for m in view if kind_of(m) in _NOTES)
 
     def _logged(self, message_id: str) -> bool:
         try:

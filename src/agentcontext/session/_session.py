@@ -353,9 +353,11 @@ class Session:
         """Append one message to the log and the view; O(1) plus one write.
 
         A message already in the view (the same id and content: a task delivered
-        to two workers, a retried request) is not appended again; the call does
-        nothing. A message that only the log still holds (reverted or compacted
-        away) is appended again. On a store several workers share, an append that
+        to two workers, a retried request, a loop that passes its whole history
+        at every step) is not appended again; the call does nothing. So is one a
+        compaction in the view stands for (summarized, masked, cut or dropped: the
+        compaction is its place in the view). A message a revert or rewind took
+        back is appended again. On a store several workers share, an append that
         loses a race to another writer reads what it missed and is written after
         it (see `extend`).
 
@@ -404,13 +406,15 @@ class Session:
                     new = self._new_messages([(i, m) for i, m in new if m.id not in theirs])
 
     def _new_messages(self, batch: list[tuple[int, Message]]) -> list[tuple[int, Message]]:
-        """``batch`` (messages with their index in the caller's) less those already in the view or earlier in it.
+        """``batch`` (messages with their index in the caller's) less those the view already holds or
+        stands for, and those earlier in it.
 
         Raises `InvalidMessageError` for an id that already names other content.
         """
         seen: dict[str, Message] = {}
         new: list[tuple[int, Message]] = []
         view = self._log.view
+        stood_for: set[str] | None = None
         for i, m in batch:
             known = seen.get(m.id) or self._log.archive.get(m.id)
             if known is not None and known != m:
@@ -428,6 +432,14 @@ class Session:
             items = view.items
             if known is not None and any(items[j].id == m.id for j in range(view.length - 1, -1, -1)):
                 continue
+            if known is not None:
+                # A compaction put a copy or a summary in its place: appending it again would put it
+                # beside what stands for it (a loop passing its whole history at every step grew its log
+                # by the compacted history at each step).
+                if stood_for is None:
+                    stood_for = self._log.stood_for()
+                if m.id in stood_for:
+                    continue
             new.append((i, m))
         return new
 
@@ -451,6 +463,18 @@ class Session:
                 f"no message {message_id!r} in session {self._log.id!r} ({self._log.store.location})"
             )
         return m
+
+    def stands_for(self, message: Message) -> str:
+        """The id of the appended message ``message`` is, or is a copy of: a masked, cut, shortened or
+        repaired copy names the message it replaces (through copies of copies)."""
+        with self._log.lock:
+            return self._log.stands_for(message)
+
+    def covered_by(self, note: Message) -> list[str]:
+        """The ids of the appended messages a summary or elision note stands for (through the summaries
+        folded into it), as `stands_for` names them; [] for any other message."""
+        with self._log.lock:
+            return self._log.covered_by(note)
 
     def _read_others(self) -> None:
         """On a store several workers share, apply what the others wrote (one round trip, O(missed)).

@@ -19,6 +19,7 @@ from typing import cast
 from .. import _serde
 from .._serde import SCHEMA_VERSION, RecordDecodeError, UnknownRecord
 from ..artifacts import ArtifactRef
+from ..compaction import MessageKind, kind_of, original_id
 from ..exceptions import ConcurrencyError, NotASessionError, StoreError
 from ..messages import JSONValue, Message, new_id
 from ._records import (
@@ -83,6 +84,9 @@ class SessionState:
         self.dmail: DMailRecord | None = None
         self.unknown: list[UnknownRecord] = []
         self.known_artifacts: set[str] = set()
+        # A copy's id -> the id of the message it replaces one for one (masked, cut, shortened, repaired),
+        # from the compactions' actions: an ingest cut names no original in its metadata.
+        self.stand_ins: dict[str, str] = {}
         # The SHA-256 of each tool output's text (what an artifact reference names) -> its message id,
         # for the archive's first `_digested` messages: built as recall needs it, each output hashed once.
         self._output_digests: dict[str, str] = {}
@@ -358,6 +362,18 @@ class SessionState:
                 self.known_artifacts.update(
                     r for r in refs if isinstance(r, str) and r.startswith("artifact:")
                 )
+            originals, copies = action.get("message_ids"), action.get("replacement_ids")
+            if (
+                action.get("kind") in REPLACING
+                and isinstance(originals, list)
+                and isinstance(copies, list)
+                and len(originals) == len(copies)
+            ):
+                self.stand_ins.update(
+                    (c, o)
+                    for c, o in zip(copies, originals, strict=True)
+                    if isinstance(c, str) and isinstance(o, str)
+                )
         undo = view.undo
         if record.compacted or (undo is not None and record.keep < undo.after_len):
             undo = UndoLink(before=view, after_len=record.keep + len(tail), compaction_seq=record.seq)
@@ -368,6 +384,51 @@ class SessionState:
         anchor, memo = self.token_anchor, self.token_memo
         self.token_anchor = anchor if anchor is not None and anchor[0] <= record.keep else None
         self.token_memo = memo if memo is not None and memo[0] <= record.keep else None
+
+    def stands_for(self, message: Message) -> str:
+        """The id of the appended message ``message`` is, or is a copy of (a masked copy of a cut one...)."""
+        mid = original_id(message)
+        for _ in range(16):
+            older = self.stand_ins.get(mid)
+            if older is None:
+                break
+            mid = older
+        return mid
+
+    def covered_by(self, note: Message) -> list[str]:
+        """The appended messages a summary or elision note stands for, through the summaries folded into it."""
+        out: list[str] = []
+        if kind_of(note) not in NOTES:
+            return out
+        pending, seen = [note], set()
+        while pending:
+            meta = pending.pop().metadata.get("agentcontext")
+            covers = meta.get("covers") if isinstance(meta, Mapping) else None
+            for covered in covers if isinstance(covers, list) else ():
+                if not isinstance(covered, str) or covered in seen:
+                    continue
+                seen.add(covered)
+                m = self.archive.get(covered)
+                if m is None:
+                    out.append(covered)
+                elif kind_of(m) in NOTES:
+                    pending.append(m)  # an earlier summary, folded into this one
+                else:
+                    out.append(self.stands_for(m))
+        return out
+
+    def stood_for(self) -> set[str]:
+        """Ids of the appended messages the view holds or stands for: a message, a copy replacing it,
+        or a summary or elision note covering it."""
+        view = self.view
+        ids: set[str] = set()
+        for j in range(view.length):
+            m = view.items[j]
+            ids.add(m.id)
+            ids.add(self.stands_for(m))
+            if kind_of(m) in NOTES:
+                ids.update(self.covered_by(m))
+        return ids
 
     def _set_view(self, view: ViewState) -> None:
         self.view = view
@@ -435,6 +496,13 @@ class SessionState:
             raise StoreError(f"the session {self.store.location} is closed; open it again to continue")
         if self.store.read_only:
             raise StoreError(f"the session {self.store.location} was opened read-only; it cannot be changed")
+
+
+REPLACING = frozenset({"truncated", "masked", "arguments_shortened", "shortened", "repaired"})
+"""Action kinds whose replacements stand one for one for the messages they name."""
+
+NOTES = (MessageKind.SUMMARY, MessageKind.ELISION)
+"""Kinds of message that stand for several others (their metadata's ``covers``)."""
 
 
 def read_log(store: SessionStore) -> tuple[int | None, Iterable[tuple[str, dict[str, JSONValue]]]]:
