@@ -602,6 +602,24 @@ def test_usage_for_a_prompt_another_worker_compacted_away_does_not_inflate_token
         a.record_usage(prompt_tokens=counted + 5)  # the next prompt is the view again: it anchors
         assert a.tokens == counted + 5 and a.last_usage is not None and a.last_usage.prompt_in_view
 
+    # The same race when the prompt was built without the session's prepare: sent as the view was (no
+    # prepare since the session opened), or prepared by an adapter with the engine itself (report=, as
+    # the Agents SDK session does). Both were anchored to the compacted view: 6x too high.
+    for how in ("unprepared", "report"):
+        url = with_session(server, unique("usage-" + how))
+        with Session.open(url, engine=engine()) as a:
+            a.append(Message(role="user", content="the task"))
+            for i in range(12):
+                a.append(Message(role="assistant", content=f"step {i} " + "word " * 100))
+                a.append(Message(role="user", content=f"go on {i}"))
+        with Session.open(url, engine=engine()) as a, Session.open(url, engine=engine()) as b:
+            report = a.engine.prepare(a.view).report if how == "report" else None
+            b.compact(budget=500)
+            a.record_usage(prompt_tokens=1_310, report=report)
+            counted = WordCounter().count_messages(a.view)
+            assert counted < 600 and a.tokens == counted, how
+            assert a.last_usage is not None and not a.last_usage.prompt_in_view
+
 
 def test_a_write_that_loses_races_for_too_long_says_to_reload(
     server: str, monkeypatch: pytest.MonkeyPatch

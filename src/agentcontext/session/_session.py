@@ -205,6 +205,8 @@ class Session:
         self._prepared_len: int | None = None
         self._prompt_gone = False
         """Another worker rewrote the view since this one's last prepare: its prompt is not the view's."""
+        self._opened = False
+        """The open's restore is done: a rewrite read after it is another worker's."""
         self._counter = counter if counter is not None else (engine.counter if engine is not None else None)
         self._artifacts: ArtifactStore = artifacts if artifacts is not None else store.default_artifacts()
         self.recall_max_chars = recall_max_chars
@@ -215,10 +217,12 @@ class Session:
 
     def _view_rewritten(self) -> None:
         """The view was replaced rather than extended: what was tied to the old one goes."""
-        # Read from another worker (while catching up) after a prepare here, the rewrite leaves the prompt
-        # this worker sent tied to no view: its usage must not say how large this view is. A rewrite of
-        # this worker's own (a revert) starts over: a usage without a prepare covers the whole view.
-        self._prompt_gone = self._log.replaying and (self._prompt_gone or self._prepared_len is not None)
+        # Read from another worker (while catching up), the rewrite leaves whatever prompt this worker
+        # built before it tied to no view, prepared here or not (an adapter's own prepare, a usage for
+        # the view as it was): its usage must not say how large this view is (it read 6x too high after
+        # a compaction to a sixth). A rewrite of this worker's own (a revert) starts over: a usage
+        # without a prepare covers the whole view.
+        self._prompt_gone = self._log.replaying and self._opened
         self._engine_state = EngineState.new()
         self._prepared_len = None
         self._last_report = None  # the prompt it came from is no longer the view's
@@ -345,6 +349,7 @@ class Session:
         except BaseException:
             store.close()
             raise
+        session._opened = True
         return session
 
     # ------------------------------------------------------------------ messages
@@ -840,9 +845,10 @@ class Session:
         without a prepare since the session was opened or reverted, the whole
         view now: then call this before appending the reply). From here on,
         `tokens` is ``prompt_tokens`` plus the counted tokens of every message
-        appended since; when another worker rewrote the view (a compaction, a revert)
-        after the prepare, the prompt is not the view's, and `tokens` counts the view
-        (the usage is kept in `usage_totals`). The engine learns from it too (`ContextEngine.record_usage`:
+        appended since; when this session read another worker's rewrite of the view
+        (a compaction, a revert) since its last prepare or usage, with a prepare or
+        without, the prompt is not the view's, and `tokens` counts the view (the
+        usage is kept in `usage_totals`). The engine learns from it too (`ContextEngine.record_usage`:
         an engine counting by estimate corrects its counts with it) when this usage
         is the reply to the session's last `prepare`.
 
@@ -851,7 +857,7 @@ class Session:
                 own `prepare` did not make it (an adapter that prepared the view and the
                 run's new input with the engine itself). The engine learns from it
                 instead of from the last `prepare`, and the prompt is taken to be the
-                whole view now.
+                whole view now (unless another worker rewrote it, as above).
 
         Raises:
             ConfigError: a token count is negative or not an int, or ``report`` is not a `Report`.
@@ -880,7 +886,7 @@ class Session:
                     covered = min(self._prepared_len, covered)
                 return [
                     UsageRecord(
-                        prompt_in_view=report is not None or not self._prompt_gone,
+                        prompt_in_view=not self._prompt_gone,
                         seq=seq,
                         ts=_now(),
                         prompt_tokens=prompt_tokens,
