@@ -635,6 +635,40 @@ def test_a_write_that_loses_races_for_too_long_says_to_reload(
         assert "mine" not in [m.id for m in b.view]
 
 
+def test_a_tool_result_for_a_call_another_worker_reverted_is_refused_not_left_an_orphan(server: str) -> None:
+    # One worker runs the model, another the tools. The first reverts to a checkpoint before the call while
+    # the second runs it: the second's result used to land after the reverted view, answering nothing
+    # (exported as an orphan, and turned into user text at the next prepare: the abandoned branch's output
+    # in the prompt).
+    url = with_session(server, unique("reverted"))
+    with Session.open(url) as model, Session.open(url) as tools:
+        model.append(Message(role="user", content="list the files"))
+        cp = model.checkpoint()
+        call = ToolCall(id="call_1", name="ls", arguments="{}")
+        model.append(Message(role="assistant", content=None, tool_calls=(call,)))
+        tools.reload()  # the tools worker sees the call and runs it
+        model.revert_to(cp)
+        result = Message(role="tool", tool_call_id="call_1", content="a.txt b.txt")
+        with pytest.raises(
+            InvalidMessageError, match="call 'call_1' was not appended: another worker reverted"
+        ):
+            tools.append(result)
+        assert [m.role for m in tools.view] == ["user"]  # it read the revert; nothing was written
+        model.reload()
+        assert [m.role for m in model.view] == ["user"]
+        assert not any(isinstance(r, MessageRecord) and r.message.id == result.id for r in model.records())
+        # A result for a call still in the view lands after a revert that kept it.
+        call2 = ToolCall(id="call_2", name="ls", arguments="{}")
+        model.append(Message(role="assistant", content=None, tool_calls=(call2,)))
+        cp3 = model.checkpoint()
+        tools.reload()
+        model.append(Message(role="user", content="also the hidden ones"))
+        model.revert_to(cp3)
+        tools.append(Message(role="tool", tool_call_id="call_2", content=".env a.txt"))
+        model.reload()
+        assert [m.role for m in model.view] == ["user", "assistant", "tool"]
+
+
 def test_a_task_delivered_to_two_workers_is_appended_once(server: str) -> None:
     url = with_session(server, unique("twice"))
     task = Message(role="user", content="task 42", id="task-42")

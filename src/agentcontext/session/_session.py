@@ -137,6 +137,29 @@ _RACE_TIMEOUT = 10.0
 """Seconds a write that keeps losing races to other writers goes on catching up and trying again."""
 
 
+def _refuse_reverted_results(batch: list[tuple[int, Message]], was: ViewState, now: ViewState) -> None:
+    """Raise for a tool result of ``batch`` whose call was in the view it was written for (``was``) and
+    that a revert or rewind read since (``now``) took back: written after it, the result would answer
+    nothing, and the abandoned branch's output would stand in the view as user text."""
+    answers = [(i, m) for i, m in batch if m.role == "tool" and m.tool_call_id]
+    if not answers:
+        return
+
+    def calls(view: ViewState) -> set[str]:
+        return {c.id for j in range(view.length) for c in view.items[j].tool_calls}
+
+    before, after = calls(was), calls(now)
+    for i, m in answers:
+        if m.tool_call_id in before and m.tool_call_id not in after:
+            raise InvalidMessageError(
+                f"the tool result for call {m.tool_call_id!r} was not appended: another worker reverted the "
+                "session meanwhile, and the call it answers is no longer in the view (the log keeps both). "
+                "Nothing of the batch was written; read the view (session.view) and go on from there",
+                index=i,
+                field="tool_call_id",
+            )
+
+
 class _Races:
     """The retries of a write that lost a race to another writer (its store refused it, nothing written).
 
@@ -407,7 +430,11 @@ class Session:
                     # not appended twice, even when its compaction took it out of the view meanwhile.
                     if not races.again():
                         raise
-                    theirs = {r.message.id for r in self._log.catch_up() if isinstance(r, MessageRecord)}
+                    was = self._log.view
+                    missed = self._log.catch_up()
+                    if any(isinstance(r, RevertRecord | RewindRecord) for r in missed):
+                        _refuse_reverted_results(new, was, self._log.view)
+                    theirs = {r.message.id for r in missed if isinstance(r, MessageRecord)}
                     new = self._new_messages([(i, m) for i, m in new if m.id not in theirs])
 
     def _new_messages(self, batch: list[tuple[int, Message]]) -> list[tuple[int, Message]]:
