@@ -392,7 +392,9 @@ class Session:
         Raises:
             InvalidMessageError: ``message`` is not a `Message`, or its id is
                 already in this session with different content (ids name content;
-                build a new message, or use `Message.evolve`).
+                build a new message, or use `Message.evolve`), or it is a tool result
+                whose call another worker reverted meanwhile (read when the append
+                lost its race; nothing is written).
             ConcurrencyError: other writers kept winning for 10 seconds; nothing was written.
             StoreError: the write failed; the session is unchanged.
         """
