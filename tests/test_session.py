@@ -645,6 +645,31 @@ def test_a_loop_passing_its_whole_history_at_every_step_appends_only_what_is_new
         assert [m.id for m in s.view][-1] == extra.id
 
 
+def test_a_copy_cut_and_summarized_in_one_prepare_is_covered_under_the_appended_message() -> None:
+    # A huge output cut at ingest and summarized in the same prepare: the summary covered the cut copy,
+    # which never enters the log. `covered_by` named ids recall refused, and a loop passing its whole
+    # history re-appended the originals (orphan results of 137k characters in the view).
+    msgs = make_conversation(seed=3, rounds=8, steps=(2, 5), huge_share=0.2)
+    engine = ContextEngine(model="gpt-4o", window=8_000)
+    history: list[Message] = []
+    with Session.from_store(MemoryStore(), engine=engine) as s:
+        summaries = 0
+        for m in msgs:
+            history.append(m)
+            if m.role != "assistant" or not m.tool_calls:
+                continue
+            s.extend(history)  # the whole history, then a prepare before each model call
+            s.prepare()
+            for note in s.view:
+                covered = s.covered_by(note)
+                summaries += bool(covered)
+                for mid in covered:
+                    assert s.message(mid) is not None and s.recall(f"message:{mid}")
+        logged = [r.message.id for r in s.records() if isinstance(r, MessageRecord)]
+        assert summaries and len(logged) == len(set(logged))
+        assert not [v for v in check_messages(list(s.view)) if v.rule == "orphan_tool_result"]
+
+
 # ----------------------------------------------------------------------------- undo
 
 

@@ -387,7 +387,12 @@ class SessionState:
 
     def stands_for(self, message: Message) -> str:
         """The id of the appended message ``message`` is, or is a copy of (a masked copy of a cut one...)."""
-        mid = original_id(message)
+        return self._source(original_id(message))
+
+    def _source(self, mid: str) -> str:
+        """The appended message an id names: itself, or what the copy of that id replaces (through copies
+        of copies). A copy made and summarized in one prepare never enters the log: only the compaction's
+        actions name it, and a summary covers it under its own id."""
         for _ in range(16):
             older = self.stand_ins.get(mid)
             if older is None:
@@ -410,7 +415,7 @@ class SessionState:
                 seen.add(covered)
                 m = self.archive.get(covered)
                 if m is None:
-                    out.append(covered)
+                    out.append(self._source(covered))
                 elif kind_of(m) in NOTES:
                     pending.append(m)  # an earlier summary, folded into this one
                 else:
