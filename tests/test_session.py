@@ -670,6 +670,46 @@ def test_a_copy_cut_and_summarized_in_one_prepare_is_covered_under_the_appended_
         assert not [v for v in check_messages(list(s.view)) if v.rule == "orphan_tool_result"]
 
 
+def test_a_session_reopened_mid_run_prepares_what_the_uninterrupted_run_prepares(tmp_path: Path) -> None:
+    # Real agents reuse tool-call ids. A call compacted away was still remembered by the running engine,
+    # which renamed a later call of the same id; the engine of a reopened session, reading only the view,
+    # did not: the same view gave different prompts (ids and a result), and the prompt cache missed.
+    history = [
+        Message(role="system", content="You fix bugs."),
+        Message(role="user", content="Fix the parser."),
+    ]
+    for i in range(24):
+        cid = "call_read" if i % 3 == 0 else f"c{i}"  # the agent reuses one id for its reads
+        call = ToolCall(id=cid, name="read" if i % 3 == 0 else "bash", arguments=json.dumps({"step": i}))
+        history.append(Message(role="assistant", content=f"Step {i}.", tool_calls=(call,)))
+        history.append(Message(role="tool", tool_call_id=cid, content=f"output {i} " + "line\n" * 150))
+
+    def run(reopen_every: int | None) -> list[list[Message]]:
+        location = tmp_path / f"run-{reopen_every}.jsonl"
+        prompts: list[list[Message]] = []
+
+        def opened() -> Session:
+            return Session.open(
+                location, engine=ContextEngine(window=3_000, reserve=100, counter=WordCounter())
+            )
+
+        s = opened()
+        for step in range(2, len(history) + 1, 2):
+            if reopen_every and len(prompts) % reopen_every == reopen_every - 1:
+                s.close()
+                s = opened()
+            s.extend(history[step - 2 : step])
+            prompts.append(list(s.prepare().messages))
+        s.close()
+        return prompts
+
+    straight, reopened = run(None), run(3)
+    assert sum(1 for p in straight if any(kind_of(m) is MessageKind.SUMMARY for m in p)) >= 3
+    assert [[(m.id, m.content) for m in p] for p in reopened] == [
+        [(m.id, m.content) for m in p] for p in straight
+    ]
+
+
 # ----------------------------------------------------------------------------- undo
 
 

@@ -1056,7 +1056,13 @@ class ContextEngine:
             notes=tuple(notes),
         )
         self._record(report)
-        lineage = _Lineage(out=out, counts=[ctx.count(m) for m in out], repair=repair)
+        # The calls the output holds, as a fresh pass over it counts them (a session reopened on this view
+        # makes one): a call compacted away no longer makes a later call of its id a duplicate to rename,
+        # or the prompts after a restart would differ from those of a run that went on.
+        seen = {c.id: 1 for m in out for c in m.tool_calls}
+        lineage = _Lineage(
+            out=out, counts=[ctx.count(m) for m in out], repair=dataclasses.replace(repair, seen_calls=seen)
+        )
         # Earlier actions stay listed: a caller passing its full history each time (not the output) still
         # sees, in every report, why each message it holds is missing from the prompt.
         carried = call.in_effect + tuple(actions)
