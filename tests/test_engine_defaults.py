@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,3 +123,25 @@ def test_an_engine_for_another_window_keeps_every_setting() -> None:
     # Its own ingest limit for its own budget, when the truncator was left to the engine.
     sized = ContextEngine(window=50_000, counter=counter).with_window(100_000)
     assert sized.truncator is not None and sized.truncator.max_tokens == sized.budget // 4
+
+
+def test_a_history_rebuilt_under_new_ids_at_each_call_is_warned_of() -> None:
+    # Messages converted one by one at each call get new ids each time: the engine cannot go on from what it
+    # remembered, and every call was a full pass that compacted again (93 of 107 calls against 11, the
+    # prompt prefix and the cache lost). Nothing said so.
+    from agentcontext import IdentityWarning
+    from agentcontext.formats import openai as oai
+
+    dicts: list[dict[str, object]] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Fix the parser."},
+    ]
+    engine = ContextEngine(model="gpt-4o")
+    engine.prepare(oai.to_messages(dicts))
+    dicts.append({"role": "assistant", "content": "Looking at parse.py."})
+    engine.prepare(oai.to_messages(dicts))  # the whole history at once: the same ids, no warning
+    dicts.append({"role": "user", "content": "Go on."})
+    with pytest.warns(IdentityWarning, match="under new ids.*to_messages") as caught:
+        engine.prepare([oai.to_message(d) for d in dicts])
+    assert caught[0].filename == __file__  # it points at the call
+    ContextEngine(model="gpt-4o").prepare([oai.to_message(d) for d in dicts])  # a first call: nothing to say

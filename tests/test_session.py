@@ -710,6 +710,30 @@ def test_a_session_reopened_mid_run_prepares_what_the_uninterrupted_run_prepares
     ]
 
 
+def test_a_history_rebuilt_under_new_ids_is_refused_not_appended_again() -> None:
+    # A loop keeping OpenAI dicts and converting them one by one at each step gives every message a new id
+    # each time: the whole history was appended again at every step (11,772 records for 216 messages).
+    from agentcontext.formats import openai as oai
+
+    dicts: list[dict[str, object]] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Fix the parser."},
+    ]
+    with Session.from_store(MemoryStore(), engine=ContextEngine(window=8_000, counter=WordCounter())) as s:
+        s.extend(oai.to_messages(dicts))
+        dicts.append({"role": "assistant", "content": "Looking at parse.py."})
+        with pytest.raises(InvalidMessageError, match="first two messages again, under new ids.*to_messages"):
+            s.extend([oai.to_message(d) for d in dicts])
+        assert len(s.view) == 2  # nothing was written
+        s.extend(oai.to_messages(dicts))  # the whole history converted at once: the same ids
+        assert [m.text for m in s.view] == ["You fix bugs.", "Fix the parser.", "Looking at parse.py."]
+        # Saying the same thing again later, in a new message, is a new message.
+        s.extend(
+            [Message(role="user", content="Fix the parser."), Message(role="assistant", content="On it.")]
+        )
+        assert len(s.view) == 5
+
+
 # ----------------------------------------------------------------------------- undo
 
 

@@ -9,13 +9,14 @@ state's running total, so a step costs O(new messages) whatever the history.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ._api import EngineState, _Floor
 from .compaction import Action, is_observation, is_user_request
-from .exceptions import InvalidConversationError, UsageError
+from .exceptions import IdentityWarning, InvalidConversationError, UsageError
 from .messages import JSONValue, Message, MessageView, derive_id
 from .repair import RepairState, repair_messages
 from .tokens._base import BaseTokenCounter, TokenCounter, count_all
@@ -116,6 +117,17 @@ def count_new(
         ):
             new = messages[state._out_len :]
             base, base_counts = out, lineage.counts
+        elif n >= 2 and len(out) >= 2 and messages[0].id != out[0].id and messages[0].restates(out[0]):
+            if messages[1].restates(out[1]):
+                warnings.warn(
+                    "prepare: the conversation starts with the messages of the last call under new ids (a "
+                    "history rebuilt from dicts at each call?): ids tell the engine what it has seen, so this "
+                    "call starts over, and its compactions, the prompt prefix and the provider's cache with "
+                    "it. Keep the Message objects, or convert the whole history at once with "
+                    "agentcontext.formats.<format>.to_messages, which derives the same ids for the same history",
+                    IdentityWarning,
+                    stacklevel=6,  # the caller of ContextEngine.prepare
+                )
         if base is not None:
             base_len, base_tokens, floor = state._out_len, state._out_tokens, state._floor
             if commit:

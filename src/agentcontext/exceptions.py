@@ -46,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflowError",
     "ConversionWarning",
+    "IdentityWarning",
     "CorruptRecordWarning",
     "InvalidConversationError",
     "InvalidMessageError",
@@ -256,6 +257,11 @@ class CorruptRecordWarning(SessionWarning):
 
 class UnknownRecordWarning(SessionWarning):
     """A record of a type this version does not know (from a newer version) was kept and passed over."""
+
+
+class IdentityWarning(UserWarning):
+    """A conversation came back with the same messages under new ids (a history rebuilt from dicts at each
+    call): ids tell the engine what it has seen, so it could not go on from what it remembered."""
 
 
 class ConversionWarning(UserWarning):

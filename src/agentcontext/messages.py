@@ -439,6 +439,17 @@ class Message:
             return not content or content.isspace()
         return not any(not isinstance(p, TextPart) or (p.text and not p.text.isspace()) for p in content)
 
+    def restates(self, other: Message) -> bool:
+        """True when ``other`` is this message under another id or metadata: the same role, content,
+        calls, call id and name (a history rebuilt from dicts with new ids restates itself)."""
+        return (
+            self.role == other.role
+            and self.content == other.content
+            and self.tool_calls == other.tool_calls
+            and self.tool_call_id == other.tool_call_id
+            and self.name == other.name
+        )
+
     def evolve(self, **changes: object) -> Message:
         """Return a copy with ``changes`` applied and a new id (unless ``id=`` is given).
 

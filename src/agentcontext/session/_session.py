@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import socket
@@ -135,6 +136,28 @@ _T = TypeVar("_T")
 
 _RACE_TIMEOUT = 10.0
 """Seconds a write that keeps losing races to other writers goes on catching up and trying again."""
+
+
+def _check_restated(batch: list[tuple[int, Message]], archive: Mapping[str, Message]) -> None:
+    """Refuse a batch that starts with the session's first two messages again under new ids.
+
+    A loop that rebuilds its history from dicts at every step (``Message(...)`` or a per-message
+    ``to_message``) gives every message a new id each time, and ids are what tell a message already
+    logged: the whole history would be appended again at every step (11,772 records for 216 messages in
+    a measured run, and most of the prompt twice).
+    """
+    if len(batch) < 2 or len(archive) < 2 or batch[0][1].id in archive or batch[1][1].id in archive:
+        return
+    first = list(itertools.islice(archive.values(), 2))
+    if all(m.restates(logged) for (_, m), logged in zip(batch[:2], first, strict=True)):
+        raise InvalidMessageError(
+            "the batch starts with this session's first two messages again, under new ids: ids tell what is "
+            "already logged, so the whole history would be appended again. Pass the same Message objects, "
+            "or convert the whole history at once with agentcontext.formats.<format>.to_messages (it derives "
+            "the same ids for the same history); nothing was written",
+            index=batch[0][0],
+            field="id",
+        )
 
 
 def _refuse_reverted_results(batch: list[tuple[int, Message]], was: ViewState, now: ViewState) -> None:
@@ -445,6 +468,7 @@ class Session:
 
         Raises `InvalidMessageError` for an id that already names other content.
         """
+        _check_restated(batch, self._log.archive)
         seen: dict[str, Message] = {}
         new: list[tuple[int, Message]] = []
         view = self._log.view
