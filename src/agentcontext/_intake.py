@@ -117,8 +117,9 @@ def count_new(
         ):
             new = messages[state._out_len :]
             base, base_counts = out, lineage.counts
-        elif n >= 2 and len(out) >= 2 and messages[0].id != out[0].id and messages[0].restates(out[0]):
-            if messages[1].restates(out[1]):
+        elif n >= state._in_len > 1 and messages[0].id != out[0].id and messages[0].restates(out[0]):
+            # The last call's newest message (kept as it was) at its place again: the same history, rebuilt.
+            if messages[state._in_len - 1].restates(out[-1]):
                 warnings.warn(
                     "prepare: the conversation starts with the messages of the last call under new ids (a "
                     "history rebuilt from dicts at each call?): ids tell the engine what it has seen, so this "
