@@ -125,9 +125,15 @@ def test_a_model_summary_reads_the_outputs_masked_in_the_same_call_and_recall_re
         shown = "\n".join(m.text for m in request.messages)
         assert "IndexError: list index out of range" in shown and "cleared" not in shown
         summarized = next(a for a in prepared.report.actions if a.kind == "summarized")
-        missing = summarized.reason.split("missing: ")[1]  # what the model's summary left out, for real
-        assert "IndexError" in missing and "tokens" not in missing and "lines" not in missing
+        # What the summary lacks is judged on the outputs, never on the placeholders' "61 tokens".
+        missing = summarized.reason.split("missing: ")[1] if "missing: " in summarized.reason else ""
+        assert "tokens" not in missing and "lines" not in missing
         (summary,) = _summaries(prepared.messages)
+        # The model left the failure out; it is stated after its text, from the output it read.
+        assert (
+            "IndexError: list index out of range"
+            in summary_text(summary).split("The agent ran the tests.")[1]
+        )
         recalled = session.recall(f"message:{summary.id}")
         assert "IndexError: list index out of range" in recalled and "not in the log" not in recalled
 
@@ -200,3 +206,51 @@ def test_a_task_statement_too_long_for_the_ledger_survives_a_model_summary_that_
     assert (
         "CONSTRAINT-A: never touch migrations/." in text and "keep python 3.10 support" in text
     )  # its ends are
+
+
+def test_what_the_summarized_calls_did_is_stated_when_a_model_summary_leaves_it_out() -> None:
+    # A model asked for every file changed and every outcome may still leave them out (a tight budget, a long
+    # span): the agent then redoes an edit it made, or takes a failing test for fixed. The offline summary
+    # always lists them; a model's now gets them added, read from the calls the same way.
+    import json
+
+    from agentcontext.messages import ToolCall
+
+    msgs = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content="Make the parser accept trailing commas."),
+    ]
+    steps = [
+        ("sed -i 's/strict=True/strict=False/' src/parser/core.py", "", 0),
+        ("cat > tests/test_commas.py << 'EOF'\ndef test_commas(): ...\nEOF", "", 0),
+        (
+            "python -m pytest tests/test_commas.py",
+            "FAILED tests/test_commas.py::test_commas - KeyError: 'x'\n1 failed",
+            1,
+        ),
+    ]
+    for i in range(12):
+        command, output, code = steps[i % 3]
+        call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"command": command}))
+        msgs.append(Message(role="assistant", content=f"Step {i}. " + "thinking " * 40, tool_calls=(call,)))
+        msgs.append(
+            Message(role="tool", tool_call_id=call.id, content=f"exit {code}\n{output}\n" + "log " * 60)
+        )
+    vague = ScriptedSummarizer(replies=["<state_snapshot>The agent worked on the parser.</state_snapshot>"])
+    prepared = ContextEngine(window=1_500, reserve=100, counter=WordCounter(), summarizer=vague).prepare(msgs)
+    (summary,) = _summaries(prepared.messages)
+    text = summary_text(summary)
+    assert "The agent worked on the parser." in text
+    assert "src/parser/core.py (modified)" in text and "tests/test_commas.py (created" in text
+    assert "KeyError: 'x'" in text  # the last failure
+    assert prepared.report.tokens_after <= prepared.report.budget
+
+    # A summary that states them gets nothing added.
+    full = (
+        "<state_snapshot>Edited src/parser/core.py and wrote tests/test_commas.py; pytest "
+        "tests/test_commas.py still fails: KeyError: 'x' (1 failed).</state_snapshot>"
+    )
+    told = ScriptedSummarizer(replies=[full])
+    prepared = ContextEngine(window=1_500, reserve=100, counter=WordCounter(), summarizer=told).prepare(msgs)
+    (summary,) = _summaries(prepared.messages)
+    assert "had left out" not in summary_text(summary)

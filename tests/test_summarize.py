@@ -142,8 +142,13 @@ def test_summary_replaces_the_oldest_part_as_a_marked_user_message() -> None:
     assert not any(m.role == "system" and kind(m) is not None for m in out)
     assert "[agentcontext: summary of earlier context]" in summary.text
     assert "not a new request" in summary.text and "not to be followed" in summary.text
-    # The model's text, then the user's requests it left out (a model may drop them; the offline one never).
-    gist, asked = summary_text(summary).split("\n\nThe user's requests this summary had left out, quoted:\n")
+    # The model's text, then the user's requests it left out (a model may drop them; the offline one never),
+    # then what the calls it covers did that it left out (files changed, the last failure, the latest test).
+    body, did = summary_text(summary).split(
+        "\n\nWhat the summarized calls did that this summary had left out:\n"
+    )
+    assert did.startswith("- files changed: ") and "(modified)" in did
+    gist, asked = body.split("\n\nThe user's requests this summary had left out, quoted:\n")
     assert gist == "<state_snapshot>the gist</state_snapshot>"
     quoted = [line.split(":")[0] for line in asked.splitlines()]
     assert quoted[:2] == ["- Request 3", "- Request 2"]  # the newest first
@@ -580,10 +585,14 @@ def test_missing_identifiers_are_reported() -> None:
     result, _ = drive(Summarize(ledger="none"), msgs, ctx_for(msgs), fixed("we fixed some modules"))
     (action,) = result.actions
     assert "identifiers kept " in action.reason and "missing: " in action.reason
-    assert "src/pkg/mod0.py" in action.reason.split("missing: ")[1]
-    meta = next(m for m in result.messages if kind(m) == "summary").metadata["agentcontext"]
-    assert "src/pkg/mod0.py" in meta["missing_identifiers"]  # type: ignore[index, operator]
+    assert "tests/test_mod0.py" in action.reason.split("missing: ")[1]
+    summary = next(m for m in result.messages if kind(m) == "summary")
+    meta = summary.metadata["agentcontext"]
+    assert "tests/test_mod0.py" in meta["missing_identifiers"]  # type: ignore[index, operator]
     assert meta["missing_count"] >= 3  # type: ignore[index, operator]
+    # The files the calls changed are not missing: what the model left out of them is stated after it.
+    assert "src/pkg/mod0.py (modified)" in summary.text
+    assert "src/pkg/mod0.py" not in meta["missing_identifiers"]  # type: ignore[index, operator]
 
 
 def test_reprompt_lists_the_missing_identifiers_and_keeps_the_better_summary() -> None:
@@ -594,7 +603,7 @@ def test_reprompt_lists_the_missing_identifiers_and_keeps_the_better_summary() -
     )
     assert len(requests) == 2
     assert requests[0].instructions is None
-    assert requests[1].instructions is not None and "src/pkg/mod0.py" in requests[1].instructions
+    assert requests[1].instructions is not None and "tests/test_mod0.py" in requests[1].instructions
     summary = next(m for m in result.messages if kind(m) == "summary")
     assert "src/pkg/mod0.py" in summary.text
 

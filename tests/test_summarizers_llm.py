@@ -455,3 +455,32 @@ def test_a_reply_with_only_reasoning_is_not_asked_again_and_says_why(oai: LLMSer
     with pytest.raises(SummarizerError, match="answered only with reasoning"):
         AnthropicSummarizer(model="m", base_url=ant.url, api_key="k", retry=FAST).summarize(_request())
     assert len(ant.requests) == 1
+
+
+def test_a_summarizer_with_a_smaller_window_than_the_agent_gets_requests_that_fit_it(oai: LLMServer) -> None:
+    # The summarizer was assumed to read as much as the agent's model: an agent with a large window paired
+    # with a model of a small one (a 1M-token agent, a 128k summarizer) sent requests over the summarizer's
+    # window, which its provider refused, and every summary fell back to the offline one.
+    from agentcontext import ContextEngine, Message, OpenAISummarizer
+    from agentcontext.tokens import TiktokenCounter
+
+    oai.respond(lambda body: openai_ok(snapshot("the agent fixed the parser")))
+    small = OpenAISummarizer(model="gpt-4", base_url=oai.url, api_key="k", max_output_tokens=1_024)
+    window = 8_192  # gpt-4's
+    assert small.input_limit is not None and small.input_limit < window - 1_024
+    engine = ContextEngine(model="gpt-4.1", window=40_000, reserve=2_000, summarizer=small)
+    history = [Message(role="system", content="You help with a parser.")]
+    for i in range(40):  # a long chat: nothing to mask, only a summary makes room
+        history.append(Message(role="user", content=f"Question {i} about parse_{i}()."))
+        history.append(
+            Message(role="assistant", content=f"About parse_{i}: " + "it tokenizes the input " * 150)
+        )
+    prepared = engine.prepare(history)
+    assert prepared.report.compacted and not [a for a in prepared.report.actions if a.kind == "fallback"]
+    counter = TiktokenCounter("cl100k_base")
+    sizes = [
+        sum(counter.count_text(m["content"]) for m in r.body["messages"]) + r.body["max_tokens"]
+        for r in oai.requests
+    ]
+    assert len(sizes) > 1 and max(sizes) <= window, sizes  # chunked to fit, every one
+    assert OpenAISummarizer(model="a-local-model", base_url=oai.url, api_key="k").input_limit is None

@@ -985,6 +985,7 @@ class ContextEngine:
             recallable=call.recallable,
             fill=call.fill,
             offline_summaries=self._offline is self.summarizer,
+            summarizer_input=_input_limit(self.summarizer),
             known=dict(zip((m.id for m in full), counts, strict=True)),
             inputs=(call.messages, full),  # the messages as processed (cut at ingest) win over the raw ones
         )
@@ -1297,6 +1298,12 @@ def _resolve(
     elif not isinstance(counter, TokenCounter):
         raise ConfigError(f"counter must implement TokenCounter, got {type(counter).__name__}")
     return spec, window, reserve, counter
+
+
+def _input_limit(summarizer: object) -> int | None:
+    """What a summarizer says it reads at most in one request (`LLMSummarizerBase.input_limit`), if anything."""
+    limit = getattr(summarizer, "input_limit", None)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
 
 
 def _check_int(name: str, value: object) -> None:

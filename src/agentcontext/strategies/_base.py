@@ -88,6 +88,10 @@ class CompactionContext:
     reads the whole part it covers in one request, with no chunking (bounded by
     `Summarize.max_offline_input_tokens`)."""
 
+    summarizer_input: int | None = None
+    """The most the engine's summarizer reads in one request, when it knows its model's window (an LLM
+    summarizer's `input_limit`); None: as much as the agent's model."""
+
     inputs: tuple[Sequence[Message], ...] = field(default=(), compare=False, repr=False)
     """Where the originals of masked or shortened copies are (`original`): the call's messages and what
     the caller passed. A summary written after masking in the same call read the placeholders, so the

@@ -62,6 +62,7 @@ from ..messages import (
     with_attachments_noted,
     without_surrogates,
 )
+from ..summarizers._builder import collect
 from ..summarizers._commands import error_lines, test_summary
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
@@ -498,13 +499,14 @@ class Summarize:
         _, span, offline = self._input_limits(budget)
         return budget + max(span, offline)
 
-    def _input_limits(self, budget: int) -> tuple[int, int, int]:
+    def _input_limits(self, budget: int, reads: int | None = None) -> tuple[int, int, int]:
         """One request's input limit, a summary's span limit with a model, and without one (offline).
 
         By default the summarizer is assumed to read as much as the agent's model (its prompt aside),
-        so chunking starts when the part to summarize is over the budget: the context is over the limit.
+        so chunking starts when the part to summarize is over the budget: the context is over the limit;
+        a summarizer that reads less (``reads``, its `CompactionContext.summarizer_input`) gets less.
         """
-        limit = self.max_input_tokens or max(budget - 1024, budget * 3 // 4, 256)
+        limit = self.max_input_tokens or min(max(budget - 1024, budget * 3 // 4, 256), reads or budget)
         return limit, limit * self.max_input_chunks, self.max_offline_input_tokens
 
     def summary_tokens(self, message: Message, ctx: CompactionContext) -> int:
@@ -547,7 +549,7 @@ class Summarize:
             )
         if new_tokens == 0 and not condense:
             raise SummaryFallback(FallbackReason.NOTHING_TO_SUMMARIZE, "only kept messages precede the split")
-        limit, span_limit, offline = self._input_limits(ctx.budget)
+        limit, span_limit, offline = self._input_limits(ctx.budget, ctx.summarizer_input)
         if ctx.offline_summaries:  # no model to fit: one request reads it all, up to a bound on the cost
             limit = span_limit = offline
         # What one summary may read is bounded: older messages beyond it are dropped, and reported; the
@@ -612,15 +614,14 @@ class Summarize:
         prev_text = summary_text(previous) if previous is not None else None
         text = yield from self._ask(items, prev_text, current, plan.room, limit, age, ctx)
         # A model's summary is checked for the user's requests it covers (an offline one quotes them).
-        asked = (
-            [msgs[i].text for i in covered if is_user_request(msgs[i])]
-            if age is None and not ctx.offline_summaries
-            else []
-        )
+        model_made = age is None and not ctx.offline_summaries
+        asked = [msgs[i].text for i in covered if is_user_request(msgs[i])] if model_made else []
+        # And for what the tool calls it read did, which the offline summary always lists.
+        facts = _facts(items, lang) if model_made else _Facts()
         # Not the placeholders' "9 lines"; a text file's identifiers are expected like its message's.
         expected = _identifiers([with_attachments_noted(ctx.original(msgs[i])) for i in covered])
         result = self._assemble(
-            msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age, asked
+            msgs, plan, covered, len(dropped), text, previous, ctx, lang, expected, total, age, asked, facts
         )
         missing = result[2]
         second_note = ""
@@ -645,6 +646,7 @@ class Summarize:
                     total,
                     age,
                     asked,
+                    facts,
                 )
             except Exception:  # the first summary stands
                 retry = None
@@ -818,10 +820,12 @@ class Summarize:
         total: int,
         age: int | None,
         asked: list[str],
+        facts: _Facts,
     ) -> tuple[list[Message], Message, list[str], Message | None, tuple[int, int]]:
         """Build and check the result: non-empty, smaller than the input, within the target.
 
-        ``asked``: the user's requests the summary covers, to quote those a model's summary left out.
+        ``asked``: the user's requests the summary covers, to quote those a model's summary left out;
+        ``facts``: what the summarized calls did, to state what a model's summary left out of it.
         """
         text = text.strip()
         if not text:
@@ -830,6 +834,7 @@ class Summarize:
         if problem is not None:
             raise SummaryFallback(FallbackReason.UNUSABLE_SUMMARY, problem.reason)
         text, quoted = _with_requests(text, asked, lang, plan.room, ctx.counter.count_text)
+        text = _with_facts(text, facts, lang, plan.room, ctx.counter.count_text)
         # An identifier is kept when the summary mentions it or a kept message carries it. Kept messages
         # are matched by their own identifiers (extracted once per text, and cached), not by searching
         # their text for every expected one, which costs O(identifiers x text) on a long history.
@@ -1130,6 +1135,84 @@ def _with_requests(
     if not lines:
         return text, (0, len(missing))
     return f"{text}\n\n{_REQUESTS_LEFT_OUT[lang]}\n" + "\n".join(lines), (len(lines), len(missing))
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the tool calls of a summarized part did, read from the calls and their outputs."""
+
+    files: tuple[str, ...] = ()
+    """The files they created, modified or deleted, each as ``path (what)``."""
+    paths: tuple[str, ...] = ()
+    """The same files' paths, to find in a summary."""
+    failure: str | None = None
+    """The last step that failed: its call and how it ended."""
+    test: str | None = None
+    """The latest test run: its command and result."""
+
+
+_CHANGED = ("deleted", "created", "modified")
+
+
+def _facts(items: Sequence[Message], lang: Language) -> _Facts:
+    """The facts of ``items`` an agent needs after a summary: files it changed, its last failure, its
+    latest test run (what the offline summary always lists, found the same way)."""
+    state = collect(SummaryRequest(messages=tuple(items)), lang)
+    files, paths = [], []
+    for path, ops in state.files.items():
+        changed = [op for op in _CHANGED if op in ops]
+        if changed:
+            files.append(f"{path} ({', '.join(changed)})")
+            paths.append(path)
+    failure = next((step.text for step in reversed(state.steps) if step.failed), None)
+    return _Facts(tuple(files), tuple(paths), failure, state.test)
+
+
+_FACTS_LEFT_OUT = {
+    "en": (
+        "What the summarized calls did that this summary had left out:",
+        "files changed",
+        "last failed step",
+        "latest test run",
+    ),
+    "zh": ("被摘要的调用所做、而本摘要遗漏的：", "改动的文件", "最近一次失败的步骤", "最近一次测试"),
+}
+
+
+def _with_facts(text: str, facts: _Facts, lang: Language, room: int, count: Callable[[str], int]) -> str:
+    """``text`` with the ``facts`` a model's summary did not state listed after it, within what ``room``
+    has left (an eighth of it at most). A model asked for every file changed and every outcome may still
+    leave some out (a tight budget, a long span); the agent then redoes an edit, or reports a failure as
+    fixed."""
+    flat = " ".join(text.split())
+    head, files_label, failure_label, test_label = _FACTS_LEFT_OUT[lang]
+    lines: list[str] = []
+    unnamed = [
+        f
+        for f, path in zip(facts.files, facts.paths, strict=True)
+        if path not in flat and path.rsplit("/", 1)[-1] not in flat
+    ]
+    if unnamed:
+        lines.append(f"- {files_label}: " + ", ".join(unnamed))
+    failure = facts.failure if facts.failure != facts.test else None  # one step, said once
+    lower = flat.lower()
+    for label, fact in ((failure_label, failure), (test_label, facts.test)):
+        if fact and _left_out(fact.split(" → ")[-1], lower):  # its outcome, in words the summary lacks
+            lines.append(f"- {label}: {fact}")
+    if not lines:
+        return text
+    # Within what the summary left of its room (an eighth at most): a summary pushed past its target
+    # would be replaced by the offline one.
+    left = min(max(room // 8, 48), room - count(text) - count(head) - 2)
+    kept: list[str] = []
+    for n, line in enumerate(lines):
+        line = shorten(line, max(BRIEF_QUOTE, left // (len(lines) - n)), count)
+        cost = count(line) + 1
+        if cost > left:
+            break
+        kept.append(line)
+        left -= cost
+    return f"{text}\n\n{head}\n" + "\n".join(kept) if kept else text
 
 
 def _answer(request: SummaryRequest) -> Generator[SummaryRequest, str, str]:

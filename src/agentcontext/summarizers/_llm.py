@@ -63,6 +63,11 @@ def clean_summary(text: str) -> str:
 # ----------------------------------------------------------------------------- is it a summary?
 
 
+_PROMPT_ALLOWANCE = 2_048
+"""Tokens of a summary request that are not the history: the template's instructions, a previous summary's
+frame, the current request's excerpt."""
+
+
 class SummaryProblem(NamedTuple):
     """Why a model's text is not a usable summary."""
 
@@ -464,6 +469,25 @@ class LLMSummarizerBase:
         if request.max_tokens is not None and request.max_tokens > 0:
             return max(16, min(self.max_output_tokens, request.max_tokens))
         return self.max_output_tokens
+
+    @property
+    def input_limit(self) -> int | None:
+        """The most one request may carry for this model, when the model registry knows its window (None
+        otherwise): the window less the summary's output, a reasoning model's headroom, the prompt's own
+        instructions and a tenth for a tokenizer other than the agent's. The engine chunks what it asks
+        this summarizer for within it: an agent with a 1M-token window paired with a 128k-token summarizer
+        sent requests its provider refused, and every summary fell back to the offline one.
+        """
+        from .. import models
+        from ..exceptions import UnknownModelError
+
+        try:
+            spec = models.get(self.model)
+        except UnknownModelError:
+            return None
+        window = spec.max_input_tokens or spec.context_window
+        room = (window - self.max_output_tokens - self.headroom() - _PROMPT_ALLOWANCE) * 9 // 10
+        return max(room, 256)
 
     def headroom(self) -> int:
         """`reasoning_headroom`, or its default for the model."""
