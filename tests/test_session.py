@@ -636,6 +636,15 @@ def test_a_loop_passing_its_whole_history_at_every_step_appends_only_what_is_new
         assert compacted >= 2 and len(s.view) < len(history)
         s.extend(history)  # once more, after the last compaction: nothing new
         assert len([r for r in s.records() if isinstance(r, MessageRecord)]) == len(history)
+        # A message repair took out for good (a retried tool's second result) is not appended again either.
+        retried = Message(
+            role="tool", tool_call_id=history[-1].tool_call_id, content="the same output, again"
+        )
+        history.append(retried)
+        for _ in range(3):
+            s.extend(history)
+            s.prepare()
+        assert [r.message.id for r in s.records() if isinstance(r, MessageRecord)].count(retried.id) == 1
         # A message a revert took back is appended again: the user sends it anew.
         cp = s.checkpoint()
         extra = Message(role="user", content="Also update the changelog.")
@@ -722,7 +731,7 @@ def test_a_history_rebuilt_under_new_ids_is_refused_not_appended_again() -> None
     with Session.from_store(MemoryStore(), engine=ContextEngine(window=8_000, counter=WordCounter())) as s:
         s.extend(oai.to_messages(dicts))
         dicts.append({"role": "assistant", "content": "Looking at parse.py."})
-        with pytest.raises(InvalidMessageError, match="first two messages again, under new ids.*to_messages"):
+        with pytest.raises(InvalidMessageError, match="first messages again, under new ids.*to_messages"):
             s.extend([oai.to_message(d) for d in dicts])
         assert len(s.view) == 2  # nothing was written
         s.extend(oai.to_messages(dicts))  # the whole history converted at once: the same ids
@@ -732,6 +741,10 @@ def test_a_history_rebuilt_under_new_ids_is_refused_not_appended_again() -> None
             [Message(role="user", content="Fix the parser."), Message(role="assistant", content="On it.")]
         )
         assert len(s.view) == 5
+        # After the view was taken back to nothing, a new run may start the same way.
+        s.rewind(0)
+        s.extend([oai.to_message(d) for d in dicts])
+        assert [m.text for m in s.view] == ["You fix bugs.", "Fix the parser.", "Looking at parse.py."]
 
 
 # ----------------------------------------------------------------------------- undo

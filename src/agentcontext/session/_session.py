@@ -138,26 +138,15 @@ _RACE_TIMEOUT = 10.0
 """Seconds a write that keeps losing races to other writers goes on catching up and trying again."""
 
 
-def _check_restated(batch: list[tuple[int, Message]], archive: Mapping[str, Message]) -> None:
-    """Refuse a batch that starts with the session's first two messages again under new ids.
-
-    A loop that rebuilds its history from dicts at every step (``Message(...)`` or a per-message
-    ``to_message``) gives every message a new id each time, and ids are what tell a message already
-    logged: the whole history would be appended again at every step (11,772 records for 216 messages in
-    a measured run, and most of the prompt twice).
-    """
-    if len(batch) < 2 or len(archive) < 2 or batch[0][1].id in archive or batch[1][1].id in archive:
-        return
+def _restated(batch: list[tuple[int, Message]], archive: Mapping[str, Message]) -> bool:
+    """Whether ``batch`` starts with the session's first two messages again under new ids, as a loop that
+    rebuilds its whole history from dicts at every step sends it (``Message(...)`` or a per-message
+    ``to_message`` give each message a new id each time). Three messages at least: a turn repeated word
+    for word (a greeting, its reply) is two."""
+    if len(batch) < 3 or len(archive) < 2 or batch[0][1].id in archive or batch[1][1].id in archive:
+        return False
     first = list(itertools.islice(archive.values(), 2))
-    if all(m.restates(logged) for (_, m), logged in zip(batch[:2], first, strict=True)):
-        raise InvalidMessageError(
-            "the batch starts with this session's first two messages again, under new ids: ids tell what is "
-            "already logged, so the whole history would be appended again. Pass the same Message objects, "
-            "or convert the whole history at once with agentcontext.formats.<format>.to_messages (it derives "
-            "the same ids for the same history); nothing was written",
-            index=batch[0][0],
-            field="id",
-        )
+    return all(m.restates(logged) for (_, m), logged in zip(batch[:2], first, strict=True))
 
 
 def _refuse_reverted_results(batch: list[tuple[int, Message]], was: ViewState, now: ViewState) -> None:
@@ -468,10 +457,21 @@ class Session:
 
         Raises `InvalidMessageError` for an id that already names other content.
         """
-        _check_restated(batch, self._log.archive)
+        log = self._log
+        if _restated(batch, log.archive):
+            first = next(iter(log.archive))
+            if first in log.stood_for():  # still the start of the view (not after a clear or a rewind to 0)
+                raise InvalidMessageError(
+                    "the batch starts with this session's first messages again, under new ids: ids tell what "
+                    "is already logged, so the whole history would be appended again. Pass the same Message "
+                    "objects, or convert the whole history at once with agentcontext.formats.<format>."
+                    "to_messages (it derives the same ids for the same history); nothing was written",
+                    index=batch[0][0],
+                    field="id",
+                )
         seen: dict[str, Message] = {}
         new: list[tuple[int, Message]] = []
-        view = self._log.view
+        in_view: set[str] | None = None
         stood_for: set[str] | None = None
         for i, m in batch:
             known = seen.get(m.id) or self._log.archive.get(m.id)
@@ -485,17 +485,18 @@ class Session:
             if m.id in seen:
                 continue
             seen[m.id] = m
-            # Only a message the log holds can be in the view; search from the newest end, where a
-            # message delivered twice is (a re-append after a revert searches the whole view, rarely).
-            items = view.items
-            if known is not None and any(items[j].id == m.id for j in range(view.length - 1, -1, -1)):
-                continue
             if known is not None:
-                # A compaction put a copy or a summary in its place: appending it again would put it
-                # beside what stands for it (a loop passing its whole history at every step grew its log
-                # by the compacted history at each step).
+                # Only a message the log holds can be in the view or stood for: the ids of both are read
+                # once per batch (a loop passing its whole history at every step cost O(history x view)).
+                # A compaction that put a copy or a summary in its place stands for it: appending it again
+                # would put it beside that (such a loop grew its log by the compacted history each step).
+                if in_view is None:
+                    view = log.view
+                    in_view = {view.items[j].id for j in range(view.length)}
+                if m.id in in_view:
+                    continue
                 if stood_for is None:
-                    stood_for = self._log.stood_for()
+                    stood_for = log.stood_for()
                 if m.id in stood_for:
                     continue
             new.append((i, m))

@@ -423,8 +423,12 @@ class SessionState:
         return out
 
     def stood_for(self) -> set[str]:
-        """Ids of the appended messages the view holds or stands for: a message, a copy replacing it,
-        or a summary or elision note covering it."""
+        """Ids of the appended messages the view holds or stands for: a message, a copy replacing it, a
+        summary or elision note covering it, a compaction in force that took it out (a summary's oldest
+        messages dropped unread), or a repair that took it out for good (a second result of one call).
+
+        O(view + compactions in force + repairs): for a batch that holds messages already logged.
+        """
         view = self.view
         ids: set[str] = set()
         for j in range(view.length):
@@ -433,6 +437,21 @@ class SessionState:
             ids.add(self.stands_for(m))
             if kind_of(m) in NOTES:
                 ids.update(self.covered_by(m))
+        link = view.undo
+        while link is not None:
+            ids.update(self._source(mid) for mid in self.compactions[link.compaction_seq].covers)
+            link = link.before.undo
+        for record in self.compactions.values():
+            if record.compacted:
+                continue  # in force through the undo chain, or undone
+            for action in record.actions:
+                named = action.get("message_ids")
+                if (
+                    action.get("kind") in ("dropped", "repaired")
+                    and not action.get("replacement_ids")
+                    and isinstance(named, list)
+                ):
+                    ids.update(mid for mid in named if isinstance(mid, str))
         return ids
 
     def _set_view(self, view: ViewState) -> None:
