@@ -457,6 +457,32 @@ def test_records_missing_at_the_end_of_a_log_are_refused_never_read_as_its_end(s
         assert check.last_seq == last - 2  # nothing was written over the damage
 
 
+def test_a_session_deleted_while_a_worker_reads_it_is_not_found_not_damaged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A delete between reading the last seq and the records read as records lost at the end: the worker
+    # was told the session was damaged and to restore it from a backup.
+    need("redis")
+    from agentcontext.session.stores import RedisStore
+
+    with redis_prefix() as server:
+        url = with_session(server, "gone")
+        writer, reader = Session.open(url), Session.open(url)
+        writer.extend([Message(role="user", content=f"m{i}") for i in range(5)])
+        db = open_database(server)
+        last_op = RedisStore._last_op
+
+        def last_then_deleted(self: RedisStore) -> object:
+            last = yield from last_op(self)
+            db.delete("gone")  # another process deletes it now
+            return last
+
+        monkeypatch.setattr(RedisStore, "_last_op", last_then_deleted)
+        with pytest.raises(SessionNotFoundError, match="deleted while it was read"):
+            reader.reload()
+        db.close()
+
+
 def test_redis_eviction_is_warned_of_at_init_and_an_evicted_session_is_refused() -> None:
     need("redis")
     import redis
@@ -529,6 +555,28 @@ def test_a_redis_server_that_disables_config_is_still_checked_for_eviction() -> 
         ), done
         with pytest.raises(StoreError, match="allkeys-lfu"):
             Session.open(with_session(server.url, "s"))
+
+
+def test_a_redis_user_without_dangerous_commands_still_opens_sessions() -> None:
+    # Least-privilege ACLs take @dangerous away, INFO with it: the eviction check made every writable
+    # open fail with NoPermissionError. The policy is then unknown, and the session opens.
+    need("redis")
+    import redis
+
+    from db_servers import PrivateRedis
+
+    with PrivateRedis() as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-@dangerous")
+        open_database(server.url).init()
+        url = with_session(server.url.replace("redis://", "redis://app:pw@"), "s1")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url.split("?")[0]).info("memory")  # what the check asks
+        with Session.open(url) as s:
+            s.append(Message(role="user", content="the task"))
+        with Session.open(url, read_only=True) as s:
+            assert [m.text for m in s.view] == ["the task"]
+        admin.close()
 
 
 # ----------------------------------------------------------------------------- two workers, one session

@@ -237,13 +237,17 @@ class PostgresStore:
             last: int | None = None
             read = after
             pages = read_ahead(lambda start: self._call(lambda: self._page_op(start)), after, _next_page)
+            latest = -1
             for page_last, rows in pages:
                 last = page_last if last is None else last  # as the load began
+                latest = page_last
                 for seq, body in rows:
                     read = seq
                     record = self._decode(seq, body, limiter)
                     if record is not None:
                         yield record
+            if last is not None and read < last and latest < 0:
+                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
             check_tail(
                 self.location,
                 read=read,
@@ -335,13 +339,17 @@ class PostgresStore:
             last: int | None = None
             read = after
             pages = aread_ahead(lambda start: self._acall(lambda: self._page_op(start)), after, _next_page)
+            latest = -1
             async for page_last, rows in pages:
                 last = page_last if last is None else last  # as the load began
+                latest = page_last
                 for seq, body in rows:
                     read = seq
                     record = self._decode(seq, body, limiter)
                     if record is not None:
                         yield record
+            if last is not None and read < last and latest < 0:
+                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
             check_tail(
                 self.location,
                 read=read,

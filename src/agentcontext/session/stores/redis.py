@@ -213,6 +213,8 @@ class RedisStore:
             for seqs, bodies in batches:
                 read = _present(seqs, bodies, read)
                 yield from self._decoded(seqs, bodies, limiter)
+            if read < last and self._call(self._last_op) < 0:
+                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
             check_tail(self.location, read=read, last=last, read_only=self._read_only, limiter=limiter)
         finally:
             limiter.finish(self.location)
@@ -298,6 +300,8 @@ class RedisStore:
                 read = _present(seqs, bodies, read)
                 for record in self._decoded(seqs, bodies, limiter):
                     yield record
+            if read < last and await self._acall(self._last_op) < 0:
+                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
             check_tail(self.location, read=read, last=last, read_only=self._read_only, limiter=limiter)
         finally:
             limiter.finish(self.location)
