@@ -309,7 +309,8 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     # Images and files are billed by the provider's own rule (a Claude image by its pixels, a PDF page
     # on Gemini at a fifth of its price on Claude); the framing stays the tokenizer's own.
     # A calibrated counter multiplies every count by its correction, which starts at the spec's
-    # estimate_ratio: what those rules bill is counted divided by that ratio, so it comes out as billed.
+    # estimate_ratio: what those rules bill is counted divided by that ratio (bounded below), so it comes
+    # out as billed.
     counter = counter_for_tokenizer(spec.tokenizer)
     calibrate = calibrated and spec.tokenizer not in ENCODING_NAMES
     fmt = counter.chat_format  # the tokenizer's own framing (ChatML for a tokenizer.json)
@@ -317,7 +318,9 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     if billing is not None:
         fmt = dataclasses.replace(fmt, image_provider=billing)
     if calibrate and spec.estimate_ratio != 1.0:
-        fmt = dataclasses.replace(fmt, media_ratio=spec.estimate_ratio)
+        # At most what the safety margin makes up for: the correction may learn down to 1.0 (text billed
+        # below the prior), and a rule's tokens must not then count more than the margin below the rule.
+        fmt = dataclasses.replace(fmt, media_ratio=min(spec.estimate_ratio, 1 / (1 - spec.estimate_margin)))
     if fmt != counter.chat_format:
         counter = counter_for_tokenizer(spec.tokenizer, chat_format=fmt)
     if not calibrate:
