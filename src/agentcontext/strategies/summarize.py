@@ -612,12 +612,21 @@ class Summarize:
         _, latest_user = essential_indices(msgs)
         current = msgs[latest_user].text[:4000] if latest_user is not None else None
         prev_text = summary_text(previous) if previous is not None else None
-        text = yield from self._ask(items, prev_text, current, plan.room, limit, age, ctx)
-        # A model's summary is checked for the user's requests it covers (an offline one quotes them).
+        # A model's summary is checked for the user's requests it covers (an offline one quotes them),
+        # and for what the tool calls it read did, which the offline summary always lists; the calls of the
+        # part dropped unread count too (its newest, within what an offline summary reads: the cost stays
+        # bounded), or the files a long history changed went with it, when only a model could summarize.
+        # The model is asked for a little less than the room, so what it leaves out of them fits beside it.
         model_made = age is None and not ctx.offline_summaries
         asked = [msgs[i].text for i in covered if is_user_request(msgs[i])] if model_made else []
-        # And for what the tool calls it read did, which the offline summary always lists.
-        facts = _facts(items, lang) if model_made else _Facts()
+        facts = (
+            _facts([*_newest(dropped, reads, offline, msgs, ctx), *items], lang) if model_made else _Facts()
+        )
+        # (Never less than the previous summary had: it is the only record of what it covers.)
+        had = ctx.counter.count_text(prev_text) if prev_text else 0
+        reserve = _facts_room(facts, lang, plan.room, ctx.counter.count_text)
+        asked_room = plan.room - max(0, min(reserve, plan.room - had))
+        text = yield from self._ask(items, prev_text, current, asked_room, limit, age, ctx)
         # Not the placeholders' "9 lines"; a text file's identifiers are expected like its message's.
         expected = _identifiers([with_attachments_noted(ctx.original(msgs[i])) for i in covered])
         result = self._assemble(
@@ -632,7 +641,7 @@ class Summarize:
                 f"as written, where it belongs in the summary: {listed}"
             )
             try:
-                second = yield from self._summarize(items, prev_text, current, plan.room, limit, note, ctx)
+                second = yield from self._summarize(items, prev_text, current, asked_room, limit, note, ctx)
                 retry = self._assemble(
                     msgs,
                     plan,
@@ -833,22 +842,62 @@ class Summarize:
         problem = summary_problem(text)  # any summarizer's, not only the bundled ones, which check it too
         if problem is not None:
             raise SummaryFallback(FallbackReason.UNUSABLE_SUMMARY, problem.reason)
-        text, quoted = _with_requests(text, asked, lang, plan.room, ctx.counter.count_text)
-        text = _with_facts(text, facts, lang, plan.room, ctx.counter.count_text)
+        # What its calls did that it left out goes after it, in what it left of its room (it was asked for
+        # a little less for them), and the user's requests it left out are quoted between, in half the room
+        # less that. Should both not fit the target, the requests go alone: the user's words come first.
+        count = ctx.counter.count_text
+        did = _facts_left_out(text, facts, lang, min(max(plan.room // 8, 48), plan.room - count(text)), count)
+        kept = [msgs[i] for i in plan.head + plan.ledger] + list(msgs[plan.start :])
+        head = [msgs[i] for i in plan.head]
+        quoted_text, quoted = _with_requests(text, asked, lang, plan.room - count(did), count)
+        out, summary, missing, ack = self._built(
+            msgs, plan, covered, dropped, quoted_text + did, previous, ctx, lang, expected, age, kept, head
+        )
+        tokens = ctx.total(out)
+        if did and tokens > min(plan.ceiling, total - 1):
+            quoted_text, quoted = _with_requests(text, asked, lang, plan.room, count)
+            out, summary, missing, ack = self._built(
+                msgs, plan, covered, dropped, quoted_text, previous, ctx, lang, expected, age, kept, head
+            )
+            tokens = ctx.total(out)
+        if tokens >= total:
+            raise SummaryFallback(
+                FallbackReason.NOT_SMALLER, f"the result would be {tokens:,} tokens, not fewer than {total:,}"
+            )
+        if tokens > plan.ceiling:
+            raise SummaryFallback(
+                FallbackReason.OVER_TARGET,
+                f"the result would be {tokens:,} tokens, over the {plan.ceiling:,} target",
+            )
+        return out, summary, missing, ack, quoted
+
+    def _built(
+        self,
+        msgs: tuple[Message, ...],
+        plan: SummaryPlan,
+        covered: tuple[int, ...],
+        dropped: int,
+        text: str,
+        previous: Message | None,
+        ctx: CompactionContext,
+        lang: Language,
+        expected: list[str],
+        age: int | None,
+        kept: list[Message],
+        head: list[Message],
+    ) -> tuple[list[Message], Message, list[str], Message | None]:
+        """The result with summary ``text``: the messages, the summary, the identifiers it lacks, the ack."""
         # An identifier is kept when the summary mentions it or a kept message carries it. Kept messages
         # are matched by their own identifiers (extracted once per text, and cached), not by searching
         # their text for every expected one, which costs O(identifiers x text) on a long history.
-        kept = [msgs[i] for i in plan.head + plan.ledger] + list(msgs[plan.start :])
         carried = set(_identifiers(kept))
         missing = [i for i in expected if i not in carried and i not in text]
-        head = [msgs[i] for i in plan.head]
-        anchor = head[-1].id if head else None
         summary = self._summary_message(
             text,
             covers=tuple(original_id(msgs[i]) for i in covered),  # recall reads back originals, not copies
             dropped=dropped,
             previous=previous.id if previous is not None else None,
-            anchor=anchor,
+            anchor=head[-1].id if head else None,
             lang=lang,
             missing=missing,
             through=next((original_id(m) for m in reversed(msgs) if kind_of(m) not in SYNTHETIC_KINDS), None),
@@ -863,17 +912,7 @@ class Summarize:
             + ([ack] if ack else [])
             + list(msgs[plan.start :])
         )
-        tokens = ctx.total(out)
-        if tokens >= total:
-            raise SummaryFallback(
-                FallbackReason.NOT_SMALLER, f"the result would be {tokens:,} tokens, not fewer than {total:,}"
-            )
-        if tokens > plan.ceiling:
-            raise SummaryFallback(
-                FallbackReason.OVER_TARGET,
-                f"the result would be {tokens:,} tokens, over the {plan.ceiling:,} target",
-            )
-        return out, summary, missing, ack, quoted
+        return out, summary, missing, ack
 
     def _summarize(
         self,
@@ -1154,6 +1193,20 @@ class _Facts:
 _CHANGED = ("deleted", "created", "modified")
 
 
+def _newest(
+    indices: Sequence[int], reads: Sequence[int], bound: int, msgs: Sequence[Message], ctx: CompactionContext
+) -> list[Message]:
+    """The originals of the newest of ``indices`` whose reads sum within ``bound``, in order."""
+    out: list[Message] = []
+    for i in reversed(indices):
+        bound -= reads[i]
+        if bound < 0:
+            break
+        out.append(ctx.original(msgs[i]))
+    out.reverse()
+    return out
+
+
 def _facts(items: Sequence[Message], lang: Language) -> _Facts:
     """The facts of ``items`` an agent needs after a summary: files it changed, its last failure, its
     latest test run (what the offline summary always lists, found the same way)."""
@@ -1179,31 +1232,43 @@ _FACTS_LEFT_OUT = {
 }
 
 
-def _with_facts(text: str, facts: _Facts, lang: Language, room: int, count: Callable[[str], int]) -> str:
-    """``text`` with the ``facts`` a model's summary did not state listed after it, within what ``room``
-    has left (an eighth of it at most). A model asked for every file changed and every outcome may still
-    leave some out (a tight budget, a long span); the agent then redoes an edit, or reports a failure as
-    fixed."""
+def _facts_room(facts: _Facts, lang: Language, room: int, count: Callable[[str], int]) -> int:
+    """What all of ``facts`` would take after a summary, at most an eighth of ``room`` (0 for none)."""
+    failure = facts.failure if facts.failure != facts.test else None  # one step, said once
+    lines = _fact_lines(lang, facts.files, failure, facts.test)
+    if not lines:
+        return 0
+    return min(room // 8, count(_FACTS_LEFT_OUT[lang][0]) + sum(count(line) + 1 for line in lines) + 2)
+
+
+def _fact_lines(lang: Language, files: Sequence[str], failure: str | None, test: str | None) -> list[str]:
+    """The lines that state what a summary lacks: the files changed, the last failure, the latest test run."""
+    _, files_label, failure_label, test_label = _FACTS_LEFT_OUT[lang]
+    lines = [f"- {files_label}: " + ", ".join(files)] if files else []
+    lines += [f"- {label}: {fact}" for label, fact in ((failure_label, failure), (test_label, test)) if fact]
+    return lines
+
+
+def _facts_left_out(text: str, facts: _Facts, lang: Language, left: int, count: Callable[[str], int]) -> str:
+    """The ``facts`` a model's summary ``text`` did not state, to put after it (``""`` for none), in at most
+    ``left`` tokens. A model asked for every file changed and every outcome may still leave some out (a
+    tight budget, a long span); the agent then redoes an edit, or reports a failure as fixed."""
     flat = " ".join(text.split())
-    head, files_label, failure_label, test_label = _FACTS_LEFT_OUT[lang]
-    lines: list[str] = []
+    lower = flat.lower()
     unnamed = [
         f
         for f, path in zip(facts.files, facts.paths, strict=True)
         if path not in flat and path.rsplit("/", 1)[-1] not in flat
     ]
-    if unnamed:
-        lines.append(f"- {files_label}: " + ", ".join(unnamed))
-    failure = facts.failure if facts.failure != facts.test else None  # one step, said once
-    lower = flat.lower()
-    for label, fact in ((failure_label, failure), (test_label, facts.test)):
-        if fact and _left_out(fact.split(" → ")[-1], lower):  # its outcome, in words the summary lacks
-            lines.append(f"- {label}: {fact}")
+    failure, test = (facts.failure if facts.failure != facts.test else None), facts.test
+    # An outcome is stated when most of its words are in the summary.
+    failure = failure if failure and _left_out(failure.split(" → ")[-1], lower) else None
+    test = test if test and _left_out(test.split(" → ")[-1], lower) else None
+    lines = _fact_lines(lang, unnamed, failure, test)
     if not lines:
-        return text
-    # Within what the summary left of its room (an eighth at most): a summary pushed past its target
-    # would be replaced by the offline one.
-    left = min(max(room // 8, 48), room - count(text) - count(head) - 2)
+        return ""
+    head = _FACTS_LEFT_OUT[lang][0]
+    left -= count(head) + 2
     kept: list[str] = []
     for n, line in enumerate(lines):
         line = shorten(line, max(BRIEF_QUOTE, left // (len(lines) - n)), count)
@@ -1212,7 +1277,7 @@ def _with_facts(text: str, facts: _Facts, lang: Language, room: int, count: Call
             break
         kept.append(line)
         left -= cost
-    return f"{text}\n\n{head}\n" + "\n".join(kept) if kept else text
+    return f"\n\n{head}\n" + "\n".join(kept) if kept else ""
 
 
 def _answer(request: SummaryRequest) -> Generator[SummaryRequest, str, str]:
