@@ -320,7 +320,9 @@ def test_chat_completions_with_cache_breakpoints_and_files_fit_and_keep_them(
     summaries = [
         r.messages[0]["content"][0]["text"] for r in sent if "summary of earlier" in json.dumps(r.messages[0])
     ]
-    assert 1 <= len(set(summaries)) <= 4
+    # (The upstream bills the estimate's own tokens, 1.2 times fewer than the Claude prior; the correction
+    # learns down by the safety margin at most, so a little less is packed than the upstream would take.)
+    assert 1 <= len(set(summaries)) <= 5
 
 
 def test_codex_responses_fit_with_reasoning_items(proxy: Proxy, upstream: ProviderServer) -> None:

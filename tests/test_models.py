@@ -785,7 +785,7 @@ def test_estimate_ratio_is_where_a_models_calibration_starts_and_is_validated() 
     # The shared counter, uncorrected, but counting what a rule bills (images, PDF pages) divided by the
     # ratio the correction multiplies back: those rules are in Claude's tokens already.
     plain = models.counter_for("claude-opus-4-7")
-    assert counter.inner.chat_format == dataclasses.replace(plain.chat_format, media_ratio=1 / 0.9)  # margin
+    assert counter.inner.chat_format == dataclasses.replace(plain.chat_format, media_ratio=1.6)
     assert counter.inner is models.counter_for("claude-opus-4-7", calibrated=True).inner
     assert models.counter_for("gpt-4o", calibrated=True) is models.counter_for(
         "gpt-4o"

@@ -172,16 +172,16 @@ def test_an_estimated_models_files_and_images_cost_their_rule_not_the_text_estim
     def media(m: Message) -> int:
         return counter.count_message(m) - counter.count_message(bare)
 
-    before = 120_000 * spec.estimate_ratio  # the rule times the ratio: what it counted before
-    assert 120_000 <= media(with_doc) <= 120_000 * spec.estimate_ratio * (1 - margin) + 2 < before
-    assert 1_000 <= media(with_shot) <= 1_000 * spec.estimate_ratio
+    assert media(with_doc) in range(120_000, 120_003)  # the rule, not 144k (192k at 1.6)
+    assert media(with_shot) in range(1_000, 1_003)
     # Text keeps the ratio; an uncalibrated counter counts the rule as it is.
     assert counter.count_text(text) == math.ceil(ac.counter_for(model).count_text(text) * spec.estimate_ratio)
     plain = ac.counter_for(model)
     assert plain.count_message(with_doc) - plain.count_message(bare) == 120_000
-    # Usage that teaches the lowest correction leaves the rule's tokens within the margin of the rule.
+    # Usage that teaches the lowest correction leaves the rule's tokens within the margin of the rule: the
+    # correction is learned down by the safety margin at most (to 1.0 before, and 52 pages overflowed).
     counter.observe([bare] * 40, 1)
-    assert counter.correction == 1.0
+    assert counter.correction == pytest.approx(max(1.0, spec.estimate_ratio * (1 - margin)))
     assert media(with_doc) >= 120_000 * (1 - margin) and media(with_shot) >= 1_000 * (1 - margin)
 
     engine = ac.ContextEngine(model=model)  # its own window and reserve (claude-sonnet-4-5: 200k, 50k)

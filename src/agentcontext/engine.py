@@ -514,8 +514,8 @@ class ContextEngine:
         and writes, LangChain's ``usage_metadata["input_tokens"]``. When the engine
         counts with a `CalibratedCounter`, the counter learns the ratio, and later
         calls scale their budget by it; an exact counter has nothing to learn. Models
-        counted by estimate get one by default, which corrects upward only (a
-        provider that bills more than the estimate); pass your own
+        counted by estimate get one by default, which starts from the model's
+        ``estimate_ratio`` and learns down by the safety margin at most; pass your own
         ``counter=CalibratedCounter(...)`` to correct both ways. Sessions and the
         integrations call this for you.
 
@@ -1292,8 +1292,8 @@ def _resolve(
         if spec is None:
             raise ConfigError("ContextEngine needs a model name or an explicit counter=")
         # An estimate gets a counter of its own that learns the model's correction from the usage it is
-        # given (`record_usage`), upward only, starting from `ModelSpec.estimate_ratio` (1.6 for Claude
-        # Opus 4.7's tokenizer). Pass counter=CalibratedCounter(...) to correct both ways.
+        # given (`record_usage`), starting from `ModelSpec.estimate_ratio` (1.6 for Claude Opus 4.7's
+        # tokenizer), down by the safety margin at most. Pass counter=CalibratedCounter(...) to correct both ways.
         counter = models.counter_for(spec, calibrated=True)
     elif not isinstance(counter, TokenCounter):
         raise ConfigError(f"counter must implement TokenCounter, got {type(counter).__name__}")

@@ -287,11 +287,14 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
 
     With ``calibrated=True`` a counter that is not exact (the estimator, or a tokenizer
     file without the provider's chat template) comes wrapped in a new `CalibratedCounter`
-    that starts from the spec's ``estimate_ratio`` and learns upward only, at most to
-    twice the count, from the usage it is given: what a `ContextEngine` counts with by
-    default. The estimate errs high by design, and a ratio learned on prose need not hold
-    for the code or Chinese that comes next, so it never packs more than the estimate
-    allows (LangChain clamps its usage scaling to [1, 1.25] for the same reason).
+    that starts from the spec's ``estimate_ratio`` and learns from the usage it is given,
+    up to twice the count, down by at most the spec's ``estimate_margin`` (never below the
+    count itself): what a `ContextEngine` counts with by default. The estimate errs high by
+    design, and a ratio learned on prose need not hold for the code or Chinese that comes
+    next, so it never packs more than the estimate allows (LangChain clamps its usage
+    scaling to [1, 1.25] for the same reason); and images and files, billed by a rule in
+    the provider's own tokens, are counted divided by the ratio, so they come out at their
+    rule, and no more than the margin below it.
 
     Args:
         model: a model name (resolved with `get`) or a `ModelSpec`.
@@ -309,23 +312,24 @@ def counter_for(model: str | ModelSpec, *, calibrated: bool = False) -> TokenCou
     # Images and files are billed by the provider's own rule (a Claude image by its pixels, a PDF page
     # on Gemini at a fifth of its price on Claude); the framing stays the tokenizer's own.
     # A calibrated counter multiplies every count by its correction, which starts at the spec's
-    # estimate_ratio: what those rules bill is counted divided by that ratio (bounded below), so it comes
-    # out as billed.
+    # estimate_ratio: what those rules bill is counted divided by that ratio, so it comes out as billed.
     counter = counter_for_tokenizer(spec.tokenizer)
     calibrate = calibrated and spec.tokenizer not in ENCODING_NAMES
     fmt = counter.chat_format  # the tokenizer's own framing (ChatML for a tokenizer.json)
     billing = _BILLING.get(spec.provider)
     if billing is not None:
         fmt = dataclasses.replace(fmt, image_provider=billing)
-    if calibrate and spec.estimate_ratio != 1.0:
-        # At most what the safety margin makes up for: the correction may learn down to 1.0 (text billed
-        # below the prior), and a rule's tokens must not then count more than the margin below the rule.
-        fmt = dataclasses.replace(fmt, media_ratio=min(spec.estimate_ratio, 1 / (1 - spec.estimate_margin)))
+    ratio = spec.estimate_ratio
+    if calibrate and ratio != 1.0:
+        fmt = dataclasses.replace(fmt, media_ratio=ratio)
     if fmt != counter.chat_format:
         counter = counter_for_tokenizer(spec.tokenizer, chat_format=fmt)
     if not calibrate:
         return counter
-    return CalibratedCounter(counter, min_correction=1.0, max_correction=2.0, initial=spec.estimate_ratio)
+    # Learned down at most by the safety margin: a rule's tokens, divided by the ratio, then never count
+    # more than the margin below the rule (at 1.0 they counted 17% below at 1.2, 37% at 1.6).
+    floor = max(1.0, ratio * (1 - spec.estimate_margin))
+    return CalibratedCounter(counter, min_correction=floor, max_correction=max(2.0, ratio), initial=ratio)
 
 
 _BILLING: dict[str, Literal["anthropic", "gemini"]] = {"anthropic": "anthropic", "google": "gemini"}

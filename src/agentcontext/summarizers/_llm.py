@@ -474,7 +474,8 @@ class LLMSummarizerBase:
     def input_limit(self) -> int | None:
         """The most one request may carry for this model, when the model registry knows its window (None
         otherwise): the window less the summary's output, a reasoning model's headroom, the prompt's own
-        instructions and a tenth for a tokenizer other than the agent's. The engine chunks what it asks
+        instructions and a tenth for a tokenizer other than the agent's, in the units an estimate counts
+        (divided by the model's ``estimate_ratio``: a Claude model reads fewer). The engine chunks what it asks
         this summarizer for within it: an agent with a 1M-token window paired with a 128k-token summarizer
         sent requests its provider refused, and every summary fell back to the offline one.
         """
@@ -487,7 +488,8 @@ class LLMSummarizerBase:
             return None
         window = spec.max_input_tokens or spec.context_window
         room = (window - self.max_output_tokens - self.headroom() - _PROMPT_ALLOWANCE) * 9 // 10
-        return max(room, 256)
+        # In the units an engine counts text in: a model counted by estimate bills estimate_ratio per unit.
+        return max(int(room / spec.estimate_ratio), 256)
 
     def headroom(self) -> int:
         """`reasoning_headroom`, or its default for the model."""

@@ -106,10 +106,10 @@ class ChatFormat:
 
     Those rules give provider tokens, while an estimate counts text in units that a `CalibratedCounter`
     multiplies by the model's ``estimate_ratio`` (1.2 for Claude). `models.counter_for` sets this to that
-    ratio for the counter it calibrates, at most ``1 / (1 - estimate_margin)`` (1.11): a rule-billed part
-    comes out near its rule, not 1.2 times it (a 40-page PDF, 120k tokens, fits a 200k Claude window with
-    the default reserve), and no more than the safety margin below it when usage teaches the correction
-    down to 1.0. A text file is counted as text, in the counter's units.
+    ratio for the counter it calibrates, so a rule-billed part comes out at its rule, not 1.2 times it (a
+    40-page PDF, 120k tokens, fits a 200k Claude window with the default reserve); the correction learns
+    down by the safety margin at most, so it never counts more than the margin below the rule. A text
+    file is counted as text, in the counter's units.
     """
 
     def __post_init__(self) -> None:

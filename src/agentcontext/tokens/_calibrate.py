@@ -85,7 +85,8 @@ class CalibratedCounter:
         Args:
             inner: the counter to correct (any `TokenCounter`).
             smoothing: weight of the newest report in the moving average, in (0, 1] (default 0.3).
-            min_correction: lowest correction allowed (default 0.8).
+            min_correction: lowest correction allowed (default 0.8); above 1 for a counter known to count
+                below what its provider bills (`models.counter_for`).
             max_correction: highest correction allowed (default 1.5).
             min_tokens: reports for prompts under this many predicted tokens are skipped (default 64).
             window: observations `error_band` looks back on (default 32).
@@ -102,11 +103,11 @@ class CalibratedCounter:
         if not (
             isinstance(min_correction, int | float)
             and isinstance(max_correction, int | float)
-            and 0 < min_correction <= 1 <= max_correction
+            and 0 < min_correction <= max_correction
             and math.isfinite(max_correction)
         ):
             raise ConfigError(
-                f"need 0 < min_correction <= 1 <= max_correction < inf, got {min_correction!r} and {max_correction!r}"
+                f"need 0 < min_correction <= max_correction < inf, got {min_correction!r} and {max_correction!r}"
             )
         if not isinstance(min_tokens, int) or min_tokens < 0:
             raise ConfigError(f"min_tokens must be an int >= 0, got {min_tokens!r}")
