@@ -254,3 +254,37 @@ def test_what_the_summarized_calls_did_is_stated_when_a_model_summary_leaves_it_
     prepared = ContextEngine(window=1_500, reserve=100, counter=WordCounter(), summarizer=told).prepare(msgs)
     (summary,) = _summaries(prepared.messages)
     assert "had left out" not in summary_text(summary)
+
+
+def test_the_files_a_model_summary_was_given_survive_the_next_model_summary() -> None:
+    # The files stated after a first vague model summary were read from its span only: a second vague summary
+    # folded the first in and the files of the first span were gone, as they were from an offline merge.
+    import json
+
+    from agentcontext.messages import ToolCall
+
+    def rounds(start: int, n: int) -> list[Message]:
+        out = []
+        for i in range(start, start + n):
+            command = f"sed -i 's/x=1/x=2/' src/pkg/mod{i}.py"
+            call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"command": command}))
+            out.append(
+                Message(role="assistant", content=f"Editing {i}. " + "thinking " * 30, tool_calls=(call,))
+            )
+            out.append(Message(role="tool", tool_call_id=call.id, content="exit 0\n" + "log " * 60))
+        return out
+
+    vague = "<state_snapshot><overall_goal>Accept trailing commas.</overall_goal></state_snapshot>"
+    engine = ContextEngine(
+        window=1_500, reserve=100, counter=WordCounter(), summarizer=ScriptedSummarizer(replies=[vague] * 4)
+    )
+    msgs = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content="Accept trailing commas."),
+    ]
+    first = engine.prepare(msgs + rounds(0, 12))
+    second = engine.prepare(list(first.messages) + rounds(100, 14))
+    (summary,) = _summaries(second.messages)
+    text = summary_text(summary)
+    assert "src/pkg/mod0.py" in text and "src/pkg/mod100.py" in text  # both spans' files, cut in the middle
+    assert second.report.tokens_after <= second.report.budget

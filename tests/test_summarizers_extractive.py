@@ -861,3 +861,58 @@ def test_a_commands_output_wrapped_in_json_is_read_as_its_lines() -> None:
     text = ExtractiveSummarizer().summarize(SummaryRequest(messages=tuple(msgs), max_tokens=400))
     assert "case_70 ... FAILED" in text and "101" in text
     assert "R8XK2" in text
+
+
+def test_reads_are_not_listed_as_changes_and_a_search_that_prints_errors_did_not_fail() -> None:
+    # A verb inside a quoted pattern read as the command's: `grep -n 'def remove' cart.py` deleted cart.py.
+    # A sed expression read as a path, a file an edit tool's content mentions read as written, and a file
+    # read that holds "TypeError:" read as the last failure: a model's summary now repeats these as facts.
+    msgs = [
+        Message(role="user", content="Find where the total is removed."),
+        Message(
+            role="assistant",
+            tool_calls=(call("c1", "bash", command="grep -n 'def remove' src/shop/cart.py"),),
+        ),
+        Message(
+            role="tool", tool_call_id="c1", content="<returncode>0</returncode>\n41:    def remove(self):"
+        ),
+        Message(
+            role="assistant",
+            tool_calls=(call("c2", "bash", command="sed -i 's/old_total/total/g' src/shop/cart.py"),),
+        ),
+        Message(role="tool", tool_call_id="c2", content="<returncode>0</returncode>"),
+        Message(
+            role="assistant",
+            tool_calls=(
+                call("c3", "write_file", path="tests/test_cart.py", content="# see src/shop/order.py"),
+            ),
+        ),
+        Message(role="tool", tool_call_id="c3", content="written"),
+        Message(role="assistant", tool_calls=(call("c4", "bash", command="cat docs/errors.md"),)),
+        Message(
+            role="tool",
+            tool_call_id="c4",
+            content="<returncode>0</returncode>\nTypeError: when a list is given",
+        ),
+        Message(
+            role="assistant", tool_calls=(call("c5", "bash", command="pytest tests/test_cart.py | tail -3"),)
+        ),
+        Message(
+            role="tool",
+            tool_call_id="c5",
+            content="<returncode>0</returncode>\n==== 1 failed, 4 passed in 0.2s ====",
+        ),
+    ]
+    sections = parse_snapshot(summarize(msgs))
+    assert sections is not None
+    state = "\n".join(sections["file_system_state"] + sections["artifact_trail"])
+    modified = next(line for line in sections["file_system_state"] if line.startswith("modified: "))
+    assert set(modified.removeprefix("modified: ").split(", ")) == {"src/shop/cart.py", "tests/test_cart.py"}
+    assert "deleted" not in state and "s/old_total/total" not in state
+    # The failure is the test run a pipe hid behind exit 0, not the file that printed an error's name.
+    from agentcontext.summarizers._commands import failed
+
+    assert not failed("<returncode>0</returncode>\nTypeError: when a list is given")
+    assert failed("<returncode>0</returncode>\n==== 1 failed, 4 passed in 0.2s ====")
+    assert failed("<returncode>0</returncode>\nTraceback (most recent call last):\nValueError: x")
+    assert failed("<returncode>2</returncode>\n") and failed("ValueError: no exit code given")

@@ -62,7 +62,7 @@ from ..messages import (
     with_attachments_noted,
     without_surrogates,
 )
-from ..summarizers._builder import collect
+from ..summarizers._builder import FACTS_LEFT_OUT, collect
 from ..summarizers._commands import error_lines, test_summary
 from ..summarizers._identifiers import arguments_text, extract_identifiers
 from ..summarizers._llm import summary_problem
@@ -620,7 +620,9 @@ class Summarize:
         model_made = age is None and not ctx.offline_summaries
         asked = [msgs[i].text for i in covered if is_user_request(msgs[i])] if model_made else []
         facts = (
-            _facts([*_newest(dropped, reads, offline, msgs, ctx), *items], lang) if model_made else _Facts()
+            _facts([*_newest(dropped, reads, offline, msgs, ctx), *items], lang, prev_text)
+            if model_made
+            else _Facts()
         )
         # (Never less than the previous summary had: it is the only record of what it covers.)
         had = ctx.counter.count_text(prev_text) if prev_text else 0
@@ -846,7 +848,7 @@ class Summarize:
         # a little less for them), and the user's requests it left out are quoted between, in half the room
         # less that. Should both not fit the target, the requests go alone: the user's words come first.
         count = ctx.counter.count_text
-        did = _facts_left_out(text, facts, lang, min(max(plan.room // 8, 48), plan.room - count(text)), count)
+        did = _facts_left_out(text, facts, lang, plan.room - count(text), count)
         kept = [msgs[i] for i in plan.head + plan.ledger] + list(msgs[plan.start :])
         head = [msgs[i] for i in plan.head]
         quoted_text, quoted = _with_requests(text, asked, lang, plan.room - count(did), count)
@@ -1207,10 +1209,11 @@ def _newest(
     return out
 
 
-def _facts(items: Sequence[Message], lang: Language) -> _Facts:
+def _facts(items: Sequence[Message], lang: Language, previous: str | None = None) -> _Facts:
     """The facts of ``items`` an agent needs after a summary: files it changed, its last failure, its
-    latest test run (what the offline summary always lists, found the same way)."""
-    state = collect(SummaryRequest(messages=tuple(items)), lang)
+    latest test run (what the offline summary always lists, found the same way), with the files an earlier
+    summary (``previous``) lists as changed: a model that leaves them out of the next summary loses them."""
+    state = collect(SummaryRequest(messages=tuple(items), previous_summary=previous), lang)
     files, paths = [], []
     for path, ops in state.files.items():
         changed = [op for op in _CHANGED if op in ops]
@@ -1221,29 +1224,18 @@ def _facts(items: Sequence[Message], lang: Language) -> _Facts:
     return _Facts(tuple(files), tuple(paths), failure, state.test)
 
 
-_FACTS_LEFT_OUT = {
-    "en": (
-        "What the summarized calls did that this summary had left out:",
-        "files changed",
-        "last failed step",
-        "latest test run",
-    ),
-    "zh": ("被摘要的调用所做、而本摘要遗漏的：", "改动的文件", "最近一次失败的步骤", "最近一次测试"),
-}
-
-
 def _facts_room(facts: _Facts, lang: Language, room: int, count: Callable[[str], int]) -> int:
     """What all of ``facts`` would take after a summary, at most an eighth of ``room`` (0 for none)."""
     failure = facts.failure if facts.failure != facts.test else None  # one step, said once
     lines = _fact_lines(lang, facts.files, failure, facts.test)
     if not lines:
         return 0
-    return min(room // 8, count(_FACTS_LEFT_OUT[lang][0]) + sum(count(line) + 1 for line in lines) + 2)
+    return min(room // 8, count(FACTS_LEFT_OUT[lang][0]) + sum(count(line) + 1 for line in lines) + 2)
 
 
 def _fact_lines(lang: Language, files: Sequence[str], failure: str | None, test: str | None) -> list[str]:
     """The lines that state what a summary lacks: the files changed, the last failure, the latest test run."""
-    _, files_label, failure_label, test_label = _FACTS_LEFT_OUT[lang]
+    _, files_label, failure_label, test_label = FACTS_LEFT_OUT[lang]
     lines = [f"- {files_label}: " + ", ".join(files)] if files else []
     lines += [f"- {label}: {fact}" for label, fact in ((failure_label, failure), (test_label, test)) if fact]
     return lines
@@ -1267,11 +1259,14 @@ def _facts_left_out(text: str, facts: _Facts, lang: Language, left: int, count: 
     lines = _fact_lines(lang, unnamed, failure, test)
     if not lines:
         return ""
-    head = _FACTS_LEFT_OUT[lang][0]
+    head = FACTS_LEFT_OUT[lang][0]
     left -= count(head) + 2
     kept: list[str] = []
     for n, line in enumerate(lines):
-        line = shorten(line, max(BRIEF_QUOTE, left // (len(lines) - n)), count)
+        share = left // (len(lines) - n) - 1  # cut in the middle when long: the first and last files stand
+        if share < 16:
+            break
+        line = shorten(line, share, count)
         cost = count(line) + 1
         if cost > left:
             break

@@ -232,11 +232,12 @@ def _add_call(
     # lost the names of the edits it made).
     state.index.add_text("\n".join(argument_keys(parsed)), tier=AGENT, when=when)
     command = f"{name} {arguments}"
+    target = _target(parsed)
     for ident in extract_identifiers(written):
-        if ident[0] in "0123456789$#" or classify_identifier(ident) != "path":
+        if ident[0] in "0123456789$#" or classify_identifier(ident) != "path" or _SUBSTITUTION.match(ident):
             continue
         if "/" in ident or not _imported(ident, written):
-            state.add_file(ident, file_op(command, ident))
+            state.add_file(ident, file_op(command, ident, target=target))
     text = terminal_text(result.text) if result is not None else ""
     shell = parsed.get("command") if isinstance(parsed, dict) else parsed
     if isinstance(shell, str) and result is not None:
@@ -256,9 +257,61 @@ def _add_call(
         state.test = step.text
 
 
+_TARGET_KEYS = (
+    "path",
+    "file_path",
+    "filepath",
+    "filePath",
+    "filename",
+    "file",
+    "target_file",
+    "notebook_path",
+)
+_SUBSTITUTION = re.compile(r"[sy]/[^/]*/[^/]*/?[a-zA-Z]*$")
+"""A sed or perl substitution (``s/old/new/g``), which reads as a path."""
+
+
+def _target(parsed: JSONValue) -> str | None:
+    """The file a tool's arguments name as the one it acts on (an edit tool's ``path``), if any."""
+    if isinstance(parsed, dict):
+        for key in _TARGET_KEYS:
+            value = parsed.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
 def _imported(name: str, code: str) -> bool:
     """True when ``name`` (``django.conf``) is a module the code imports, not a file it touches."""
     return re.search(rf"\b(?:from|import)\s+{re.escape(name)}\b", code) is not None
+
+
+FACTS_LEFT_OUT: dict[Language, tuple[str, str, str, str]] = {
+    "en": (
+        "What the summarized calls did that this summary had left out:",
+        "files changed",
+        "last failed step",
+        "latest test run",
+    ),
+    "zh": ("被摘要的调用所做、而本摘要遗漏的：", "改动的文件", "最近一次失败的步骤", "最近一次测试"),
+}
+"""The header of what a model's summary left out of its calls (`strategies.summarize`), and its labels."""
+_FACT_FILE = re.compile(r"([^,()]+?) \(([a-z, ]+)\)")
+
+
+def _merge_facts(state: State, text: str, *, when: int) -> None:
+    """The files the lines a summary carries after a model's text list as changed (`FACTS_LEFT_OUT`)."""
+    for labels in FACTS_LEFT_OUT.values():
+        if labels[0] not in text:
+            continue
+        prefix = f"- {labels[1]}: "
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                for path, ops in _FACT_FILE.findall(line[len(prefix) :]):
+                    for op in ops.split(", "):
+                        if op in ("created", "modified", "deleted"):
+                            state.add_file(path.strip(), op)
+                            state.index.add_text(path.strip(), tier=TARGET, when=when)
 
 
 def _merge_summary(state: State, text: str, *, when: int) -> None:
@@ -269,6 +322,7 @@ def _merge_summary(state: State, text: str, *, when: int) -> None:
     touched below what the newest tool output listed. Prose is not repeated:
     items are re-chosen by the same priorities as new ones.
     """
+    _merge_facts(state, text, when=when)
     sections = parse_snapshot(text)
     if sections is None:
         state.prior.append(("key_knowledge", text.strip()))

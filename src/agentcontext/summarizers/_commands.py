@@ -94,6 +94,8 @@ _MODIFY = re.compile(
 _DELETE = re.compile(r"\b(?:rm|unlink|delete|remove)\b[^|;&\n]*$", re.I)
 _IN_PLACE = re.compile(r"\b(?:sed|perl)\s+(?:-[a-zA-Z]+\s+)*-[a-zA-Z]*i")
 _COMMAND_START = re.compile(r"[|;&]|\\n")
+_QUOTED = re.compile(r"'[^'\n]*'|\\\"(?:[^\\\n]|\\(?!\"))*?\\\"")
+"""A quoted word of a shell command, as it stands in JSON arguments (single quotes, or escaped doubles)."""
 _EDIT_TOOL = re.compile(r"edit|write|patch|replace|insert|create", re.I)
 # An editor command that names no file acts on the open one, which its result names.
 _EDIT_COMMAND = re.compile(r"^\s*(?:edit|insert|append|str_replace|replace)\b(?![./\w])")
@@ -122,11 +124,13 @@ _ARG_KEYS = (
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 
 
-def file_op(command: str, path: str) -> Op:
+def file_op(command: str, path: str, *, target: str | None = None) -> Op:
     """What a tool call did to ``path``, judged from the words before each mention (and the tool's name).
 
     ``command`` is the tool's name, a space, and its arguments. The strongest effect of any
-    mention counts: ``sed -n 1p x.py && sed -i ... x.py`` modified x.py.
+    mention counts: ``sed -n 1p x.py && sed -i ... x.py`` modified x.py. ``target``: the file an
+    edit tool's arguments name as the one it acts on (``path``, ``file_path``...): another file its
+    content merely mentions was not changed by it.
     """
     name, _, arguments = command.partition(" ")
     best: Op = "read"
@@ -136,7 +140,12 @@ def file_op(command: str, path: str) -> Op:
         if OP_RANK[op] < OP_RANK[best]:
             best = op
         at = arguments.find(path, at + len(path))
-    if best == "read" and _EDIT_TOOL.search(name) and '"view"' not in arguments:
+    if (
+        best == "read"
+        and _EDIT_TOOL.search(name)
+        and '"view"' not in arguments
+        and (target is None or path == target or target.endswith("/" + path) or path.endswith("/" + target))
+    ):
         return "modified"
     return best
 
@@ -144,7 +153,8 @@ def file_op(command: str, path: str) -> Op:
 def _op_before(text: str) -> Op:
     # Only the command the mention belongs to counts: it starts after a pipe, ``;``, ``&`` or a new
     # line (escaped in the JSON arguments), so ``sed -i ... a.py\ncat b.py`` does not modify b.py.
-    segment = _COMMAND_START.split(text[-600:])[-1]
+    # Quoted words are a command's data, not its verb: ``grep -n 'def remove' cart.py`` reads cart.py.
+    segment = _QUOTED.sub(" ", _COMMAND_START.split(text[-600:])[-1])
     before = segment[-60:]
     if _DELETE.search(before):
         return "deleted"
@@ -249,13 +259,24 @@ def is_verdict(line: str) -> bool:
 
 
 def failed(text: str) -> bool:
-    """True when a command's output reports a failure: a non-zero exit code or an error line."""
+    """True when a command's output reports a failure: a non-zero exit code, or an error line.
+
+    After an exit code of 0, only a test run's failures or a traceback count (a pipe's last command,
+    ``pytest | tail``, exits 0 for the run it shows): a file read or a search that prints error lines
+    (``cat errors.md``, ``grep -rn ValueError``) did not fail.
+    """
     m = _EXIT.search(text)
-    if m is not None:
-        code = next(g for g in m.groups() if g is not None)
-        if code != "0":
-            return True
-    return bool(error_lines(text, 1))
+    if m is None:
+        return bool(error_lines(text, 1))
+    if next(g for g in m.groups() if g is not None) != "0":
+        return True
+    tests = test_summary(text)
+    return "Traceback (most recent call last)" in text or (
+        tests is not None and _FAILING.search(tests) is not None
+    )
+
+
+_FAILING = re.compile(r"\b(?:failed|failures?|errors?)\b", re.I)
 
 
 def outcome(text: str, lang: Language, *, command: str = "") -> str:
