@@ -848,7 +848,7 @@ class Summarize:
         # a little less for them), and the user's requests it left out are quoted between, in half the room
         # less that. Should both not fit the target, the requests go alone: the user's words come first.
         count = ctx.counter.count_text
-        did = _facts_left_out(text, facts, lang, plan.room - count(text), count)
+        did = _facts_left_out(text, facts, lang, min(max(plan.room // 4, 64), plan.room - count(text)), count)
         kept = [msgs[i] for i in plan.head + plan.ledger] + list(msgs[plan.start :])
         head = [msgs[i] for i in plan.head]
         quoted_text, quoted = _with_requests(text, asked, lang, plan.room - count(did), count)
@@ -1213,7 +1213,7 @@ def _facts(items: Sequence[Message], lang: Language, previous: str | None = None
     """The facts of ``items`` an agent needs after a summary: files it changed, its last failure, its
     latest test run (what the offline summary always lists, found the same way), with the files an earlier
     summary (``previous``) lists as changed: a model that leaves them out of the next summary loses them."""
-    state = collect(SummaryRequest(messages=tuple(items), previous_summary=previous), lang)
+    state = collect(SummaryRequest(messages=tuple(items), previous_summary=previous), lang, identifiers=False)
     files, paths = [], []
     for path, ops in state.files.items():
         changed = [op for op in _CHANGED if op in ops]

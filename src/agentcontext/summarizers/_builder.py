@@ -29,7 +29,7 @@ from ._commands import (
     test_summary,
 )
 from ._identifiers import argument_keys, arguments_text, classify_identifier, extract_identifiers
-from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex
+from ._ranking import AGENT, ERROR_NAME, OUTPUT, TARGET, USER, IdentifierIndex, Rank
 from ._snapshot import LABELS, parse_snapshot, split_label
 from ._transcript import Language, terminal_text
 
@@ -82,9 +82,20 @@ class State:
         self.steps.append(step)
 
 
-def collect(request: SummaryRequest, lang: Language) -> State:
-    """The state of ``request``'s messages (and of the previous summary it carries)."""
-    state = State()
+class _NoIndex(IdentifierIndex):
+    """An index that keeps nothing, for a state read for its files, steps and test run only."""
+
+    def add_text(self, text: str, *, tier: int, when: int) -> None:  # noqa: ARG002 - the index's own signature
+        return
+
+    def put(self, ident: str, rank: Rank) -> None:  # noqa: ARG002
+        return
+
+
+def collect(request: SummaryRequest, lang: Language, *, identifiers: bool = True) -> State:
+    """The state of ``request``'s messages (and of the previous summary it carries); without their
+    ``identifiers`` ranked when only the files, steps and test run are wanted (a third of the cost)."""
+    state = State() if identifiers else State(index=_NoIndex())
     if request.previous_summary:
         _merge_summary(state, request.previous_summary, when=0)
     # Images and files are named where they stood (a tool that returned only a PDF did not return nothing).
