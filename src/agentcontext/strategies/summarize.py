@@ -849,18 +849,42 @@ class Summarize:
         # less that. Should both not fit the target, the requests go alone: the user's words come first.
         count = ctx.counter.count_text
         did = _facts_left_out(text, facts, lang, min(max(plan.room // 4, 64), plan.room - count(text)), count)
-        kept = [msgs[i] for i in plan.head + plan.ledger] + list(msgs[plan.start :])
         head = [msgs[i] for i in plan.head]
-        quoted_text, quoted = _with_requests(text, asked, lang, plan.room - count(did), count)
-        out, summary, missing, ack = self._built(
-            msgs, plan, covered, dropped, quoted_text + did, previous, ctx, lang, expected, age, kept, head
-        )
+        # An identifier is kept when the summary mentions it or a kept message carries it. Kept messages
+        # are matched by their own identifiers (extracted once per text, and cached), not by searching
+        # their text for every expected one, which costs O(identifiers x text) on a long history.
+        carried = set(_identifiers([*head, *(msgs[i] for i in plan.ledger), *msgs[plan.start :]]))
+
+        def build(
+            after: str, room: int
+        ) -> tuple[list[Message], Message, list[str], Message | None, tuple[int, int]]:
+            body, quoted = _with_requests(text, asked, lang, room, count)
+            body += after
+            missing = [i for i in expected if i not in carried and i not in body]
+            summary = self._summary_message(
+                body,
+                covers=tuple(
+                    original_id(msgs[i]) for i in covered
+                ),  # recall reads back originals, not copies
+                dropped=dropped,
+                previous=previous.id if previous is not None else None,
+                anchor=head[-1].id if head else None,
+                lang=lang,
+                missing=missing,
+                through=next(
+                    (original_id(m) for m in reversed(msgs) if kind_of(m) not in SYNTHETIC_KINDS), None
+                ),
+                summarizer_age=age or 0,
+                recallable=ctx.recallable,
+            )
+            ack = self._ack_message(summary, lang) if plan.ack else None
+            tail = [msgs[i] for i in plan.ledger] + ([ack] if ack else []) + list(msgs[plan.start :])
+            return [*head, summary, *tail], summary, missing, ack, quoted
+
+        out, summary, missing, ack, quoted = build(did, plan.room - count(did))
         tokens = ctx.total(out)
         if did and tokens > min(plan.ceiling, total - 1):
-            quoted_text, quoted = _with_requests(text, asked, lang, plan.room, count)
-            out, summary, missing, ack = self._built(
-                msgs, plan, covered, dropped, quoted_text, previous, ctx, lang, expected, age, kept, head
-            )
+            out, summary, missing, ack, quoted = build("", plan.room)
             tokens = ctx.total(out)
         if tokens >= total:
             raise SummaryFallback(
@@ -872,49 +896,6 @@ class Summarize:
                 f"the result would be {tokens:,} tokens, over the {plan.ceiling:,} target",
             )
         return out, summary, missing, ack, quoted
-
-    def _built(
-        self,
-        msgs: tuple[Message, ...],
-        plan: SummaryPlan,
-        covered: tuple[int, ...],
-        dropped: int,
-        text: str,
-        previous: Message | None,
-        ctx: CompactionContext,
-        lang: Language,
-        expected: list[str],
-        age: int | None,
-        kept: list[Message],
-        head: list[Message],
-    ) -> tuple[list[Message], Message, list[str], Message | None]:
-        """The result with summary ``text``: the messages, the summary, the identifiers it lacks, the ack."""
-        # An identifier is kept when the summary mentions it or a kept message carries it. Kept messages
-        # are matched by their own identifiers (extracted once per text, and cached), not by searching
-        # their text for every expected one, which costs O(identifiers x text) on a long history.
-        carried = set(_identifiers(kept))
-        missing = [i for i in expected if i not in carried and i not in text]
-        summary = self._summary_message(
-            text,
-            covers=tuple(original_id(msgs[i]) for i in covered),  # recall reads back originals, not copies
-            dropped=dropped,
-            previous=previous.id if previous is not None else None,
-            anchor=head[-1].id if head else None,
-            lang=lang,
-            missing=missing,
-            through=next((original_id(m) for m in reversed(msgs) if kind_of(m) not in SYNTHETIC_KINDS), None),
-            summarizer_age=age or 0,
-            recallable=ctx.recallable,
-        )
-        ack = self._ack_message(summary, lang) if plan.ack else None
-        out = (
-            head
-            + [summary]
-            + [msgs[i] for i in plan.ledger]
-            + ([ack] if ack else [])
-            + list(msgs[plan.start :])
-        )
-        return out, summary, missing, ack
 
     def _summarize(
         self,

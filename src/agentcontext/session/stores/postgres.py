@@ -115,6 +115,16 @@ _Page = tuple[int, list[tuple[int, str]]]
 """The session's last seq as its row says, and a page of its records' ``(seq, body)``."""
 
 
+class _Seen:
+    """What a load saw of the log: where it started, the last seq the session's row named when the load
+    began and on its latest page (-1: the row is gone), and the last seq read."""
+
+    def __init__(self, after: int) -> None:
+        self.after = self.read = after
+        self.last: int | None = None
+        self.latest = -1
+
+
 def _next_page(_after: int, page: _Page) -> int | None:
     """Where the page after this one starts; None when it was the last (a short page)."""
     rows = page[1]
@@ -234,27 +244,10 @@ class PostgresStore:
         """
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
-            last: int | None = None
-            read = after
-            pages = read_ahead(lambda start: self._call(lambda: self._page_op(start)), after, _next_page)
-            latest = -1
-            for page_last, rows in pages:
-                last = page_last if last is None else last  # as the load began
-                latest = page_last
-                for seq, body in rows:
-                    read = seq
-                    record = self._decode(seq, body, limiter)
-                    if record is not None:
-                        yield record
-            if last is not None and read < last and latest < 0:
-                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
-            check_tail(
-                self.location,
-                read=read,
-                last=after if last is None else last,
-                read_only=self._read_only,
-                limiter=limiter,
-            )
+            seen = _Seen(after)
+            for page in read_ahead(lambda start: self._call(lambda: self._page_op(start)), after, _next_page):
+                yield from self._records(page, seen, limiter)
+            self._check_end(seen, limiter)
         finally:
             limiter.finish(self.location)
 
@@ -336,27 +329,12 @@ class PostgresStore:
         """`load` as an async iterator."""
         limiter = WarningLimiter(CorruptRecordWarning)
         try:
-            last: int | None = None
-            read = after
+            seen = _Seen(after)
             pages = aread_ahead(lambda start: self._acall(lambda: self._page_op(start)), after, _next_page)
-            latest = -1
-            async for page_last, rows in pages:
-                last = page_last if last is None else last  # as the load began
-                latest = page_last
-                for seq, body in rows:
-                    read = seq
-                    record = self._decode(seq, body, limiter)
-                    if record is not None:
-                        yield record
-            if last is not None and read < last and latest < 0:
-                raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
-            check_tail(
-                self.location,
-                read=read,
-                last=after if last is None else last,
-                read_only=self._read_only,
-                limiter=limiter,
-            )
+            async for page in pages:
+                for record in self._records(page, seen, limiter):
+                    yield record
+            self._check_end(seen, limiter)
         finally:
             limiter.finish(self.location)
 
@@ -609,6 +587,24 @@ class PostgresStore:
     def _writable(self) -> None:
         if self._read_only:
             raise StoreError(f"{self.location} was opened read-only; open it without read_only=True to write")
+
+    def _records(self, page: _Page, seen: _Seen, limiter: WarningLimiter) -> Iterator[StoredRecord]:
+        """A page's records, decoded; ``seen`` notes where the log ended and what was read."""
+        last, rows = page
+        seen.last = last if seen.last is None else seen.last  # as the load began
+        seen.latest = last
+        for seq, body in rows:
+            seen.read = seq
+            record = self._decode(seq, body, limiter)
+            if record is not None:
+                yield record
+
+    def _check_end(self, seen: _Seen, limiter: WarningLimiter) -> None:
+        """After a load: a session deleted meanwhile is not found; records missing at the end are damage."""
+        last = seen.after if seen.last is None else seen.last
+        if seen.read < last and seen.latest < 0:
+            raise SessionNotFoundError(f"{self.location}: the session was deleted while it was read")
+        check_tail(self.location, read=seen.read, last=last, read_only=self._read_only, limiter=limiter)
 
     def _decode(self, seq: int, body: str, limiter: WarningLimiter) -> StoredRecord | None:
         where = f"seq {seq}"
