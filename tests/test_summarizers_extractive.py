@@ -912,7 +912,39 @@ def test_reads_are_not_listed_as_changes_and_a_search_that_prints_errors_did_not
     # The failure is the test run a pipe hid behind exit 0, not the file that printed an error's name.
     from agentcontext.summarizers._commands import failed
 
-    assert not failed("<returncode>0</returncode>\nTypeError: when a list is given")
+    reading = 'bash {"command": "cat docs/errors.md"}'
+    assert not failed("<returncode>0</returncode>\nTypeError: when a list is given", command=reading)
     assert failed("<returncode>0</returncode>\n==== 1 failed, 4 passed in 0.2s ====")
     assert failed("<returncode>0</returncode>\nTraceback (most recent call last):\nValueError: x")
     assert failed("<returncode>2</returncode>\n") and failed("ValueError: no exit code given")
+    # Behind a pipe, what the output shows still fails: a conftest that does not import, a compiler error,
+    # another runner's counts.
+    piped = 'bash {"command": "python -m pytest tests 2>&1 | tail -50"}'
+    conftest = "<returncode>0</returncode>\nImportError while loading conftest\nE   ModuleNotFoundError: No module named 'x'"
+    assert failed(conftest, command=piped)
+    assert failed(
+        "<returncode>0</returncode>\nmain.c:3:5: error: 'x' undeclared",
+        command='bash {"command": "make | tail"}',
+    )
+    assert failed(
+        "<returncode>0</returncode>\nTests:       1 failed, 4 passed, 5 total",
+        command='bash {"command": "npm test | tail"}',
+    )
+
+
+def test_the_files_a_summary_lists_after_its_text_are_read_back_whatever_their_names() -> None:
+    from agentcontext.summarizers._builder import collect
+
+    block = (
+        "<state_snapshot><overall_goal>Fix it.</overall_goal></state_snapshot>\n\n"
+        "What the summarized calls did that this summary had left out:\n"
+        "- files changed: data/a,b.csv (modified), docs/x (1).md (created, modified), src/m0.py (modified), "
+        "[…] (modified), src/m9.py (deleted)"
+    )
+    state = collect(SummaryRequest(messages=(), previous_summary=block), "en")
+    assert state.files == {
+        "data/a,b.csv": {"modified"},
+        "docs/x (1).md": {"created", "modified"},
+        "src/m0.py": {"modified"},
+        "src/m9.py": {"deleted"},
+    }  # where a long line was cut in the middle names no file

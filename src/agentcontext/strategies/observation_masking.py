@@ -57,7 +57,7 @@ def masked_placeholder(
 
 def _ended(text: str, command: str) -> str | None:
     """How a tool output ended when that matters later: a failure or a test run; None otherwise."""
-    if not failed(text) and test_summary(text, command=command) is None:
+    if not failed(text, command=command) and test_summary(text, command=command) is None:
         return None
     return cut(outcome(text, "en", command=command), 200)
 

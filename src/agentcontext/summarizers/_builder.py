@@ -260,7 +260,7 @@ def _add_call(
     step = Step(
         seq=seq,
         text=f"{name}: {brief}" + (f" → {done}" if done else ""),
-        failed=result is not None and failed(text),
+        failed=result is not None and failed(text, command=command),
         change=change,
     )
     state.add_step(step)
@@ -307,7 +307,10 @@ FACTS_LEFT_OUT: dict[Language, tuple[str, str, str, str]] = {
     "zh": ("被摘要的调用所做、而本摘要遗漏的：", "改动的文件", "最近一次失败的步骤", "最近一次测试"),
 }
 """The header of what a model's summary left out of its calls (`strategies.summarize`), and its labels."""
-_FACT_FILE = re.compile(r"([^,()]+?) \(([a-z, ]+)\)")
+_FACT_FILE = re.compile(
+    r"(.+?) \(((?:created|modified|deleted)(?:, (?:created|modified|deleted))*)\)(?:, |$)"
+)
+"""One ``path (what, what)`` of a files-changed line: a path may hold commas and parentheses."""
 
 
 def _merge_facts(state: State, text: str, *, when: int) -> None:
@@ -319,10 +322,11 @@ def _merge_facts(state: State, text: str, *, when: int) -> None:
         for line in text.splitlines():
             if line.startswith(prefix):
                 for path, ops in _FACT_FILE.findall(line[len(prefix) :]):
+                    if "[…]" in path:
+                        continue  # where a long line was cut in the middle: no file's name
                     for op in ops.split(", "):
-                        if op in ("created", "modified", "deleted"):
-                            state.add_file(path.strip(), op)
-                            state.index.add_text(path.strip(), tier=TARGET, when=when)
+                        state.add_file(path.strip(), op)
+                        state.index.add_text(path.strip(), tier=TARGET, when=when)
 
 
 def _merge_summary(state: State, text: str, *, when: int) -> None:

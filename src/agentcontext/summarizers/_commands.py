@@ -258,22 +258,44 @@ def is_verdict(line: str) -> bool:
     return _VERDICT_LINE.match(line) is not None
 
 
-def failed(text: str) -> bool:
+def failed(text: str, *, command: str = "") -> bool:
     """True when a command's output reports a failure: a non-zero exit code, or an error line.
 
-    After an exit code of 0, only a test run's failures or a traceback count (a pipe's last command,
-    ``pytest | tail``, exits 0 for the run it shows): a file read or a search that prints error lines
-    (``cat errors.md``, ``grep -rn ValueError``) did not fail.
+    After an exit code of 0 (a pipe's last command, ``pytest | tail``, exits 0 for the output it shows),
+    a test run's counts say whether it failed when there are any (``command`` lets other runners' counts
+    be read), and a traceback is a failure; else error lines are, unless the command only reads or searches
+    (``cat errors.md``, ``grep -rn ValueError``): what it prints is what it found.
     """
     m = _EXIT.search(text)
     if m is None:
         return bool(error_lines(text, 1))
     if next(g for g in m.groups() if g is not None) != "0":
         return True
-    tests = test_summary(text)
-    return "Traceback (most recent call last)" in text or (
-        tests is not None and _FAILING.search(tests) is not None
-    )
+    tests = test_summary(text, command=command)
+    if tests is not None:
+        return _FAILING.search(tests) is not None
+    if "Traceback (most recent call last)" in text:
+        return True
+    return _READING.match(_shell(command)) is None and bool(error_lines(text, 1))
+
+
+def _shell(command: str) -> str:
+    """The shell command a tool call ran (``bash {"command": "cat x"}`` → ``cat x``), else ``command``."""
+    _, _, arguments = command.partition(" ")
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return command
+    if isinstance(parsed, dict):
+        parsed = parsed.get("command", parsed.get("cmd"))
+    return parsed if isinstance(parsed, str) else command
+
+
+_READING = re.compile(
+    r"\s*(?:cd\s+\S+\s*&&\s*)?(?:cat|grep|egrep|fgrep|rg|ag|head|tail|less|more|find|ls|tree|wc|nl|awk|"
+    r"sed\s+-n|git\s+(?:log|show|diff|grep|blame|status))\b"
+)
+"""A shell command that only reads or searches (what it prints is data, not its own error)."""
 
 
 _FAILING = re.compile(r"\b(?:failed|failures?|errors?)\b", re.I)
